@@ -1,0 +1,579 @@
+"""Design-space exploration: every candidate vPod configuration of an instance, its roofline
+latency, throughput, energy, money and carbon per request, the SLO and memory checks, and the
+Pareto fronts. Then :func:`build_coefficients` hands the feasible ones to the planners.
+
+Spec: ``formulations/roofline.md`` sections 4-6.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from neuscale_opt.catalog import ChipSpec, ModelSpec, energy_spec, get_chip, get_model
+from neuscale_opt.coefficients import Coefficients, meets_slo
+from neuscale_opt.errors import InputError
+from neuscale_opt.instance import Instance
+from neuscale_opt.roofline import (
+    BOUNDS,
+    HwRows,
+    hw_rows_for,
+    slice_collective,
+    slice_wraps,
+    stack_hw,
+    step_cost,
+)
+
+HOURS_PER_YEAR = 8766.0  # 365.25 days
+
+
+@dataclass(frozen=True)
+class VpodKind:
+    """A vPod structure before batch size and phase: chip, slice shape, parallelism."""
+
+    chip: str
+    shape: tuple[int, ...]
+    tp: int
+    pp: int
+    ep: int
+    coll_bw: float
+    a2a_dist: float
+    wrap: bool
+
+    @property
+    def chips(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def shape_str(self) -> str:
+        return "x".join(str(s) for s in self.shape)
+
+
+# --------------------------------------------------------------------------------------------
+# Enumeration of slices and parallelisms
+
+
+def slice_shapes(chip: ChipSpec, max_chips: int) -> list[tuple[int, ...]]:
+    """Allowed slice shapes of ``chip`` with at most ``max_chips`` chips (one orientation each).
+
+    ``cubes`` in the catalog stands for every AxBxC with A <= B <= C multiples of 4 that fits the
+    pod (hardware.md section 2.2, XPK's generator)."""
+    out: list[tuple[int, ...]] = []
+    for s in chip.slice_shapes:
+        if s == "cubes":
+            pod = sorted(chip.pod_dims)
+            for a in range(4, pod[0] + 1, 4):
+                for b in range(a, pod[1] + 1, 4):
+                    for c in range(b, pod[2] + 1, 4):
+                        if a * b * c <= max_chips:
+                            out.append((a, b, c))
+        else:
+            shape = tuple(int(x) for x in s.split("x"))
+            if math.prod(shape) <= max_chips:
+                out.append(shape)
+    return sorted(set(out), key=lambda t: (math.prod(t), t))
+
+
+def parallelisms(model: ModelSpec, chips: int) -> list[tuple[int, int, int]]:
+    """(tp, pp, ep) with tp * pp = chips, tp a power of two dividing the heads, pp <= layers; for MoE
+    models ep in {1, tp} (experts tensor-sharded, or whole experts spread over the TP group)."""
+    out = []
+    tp = 1
+    while tp <= chips:
+        if chips % tp == 0 and model.n_heads % tp == 0:
+            pp = chips // tp
+            if pp <= model.n_layers:
+                out.append((tp, pp, 1))
+                if model.is_moe and tp > 1 and model.n_experts % tp == 0:
+                    out.append((tp, pp, tp))
+        tp *= 2
+    return out
+
+
+def vpod_kinds(model: ModelSpec, chip: ChipSpec, max_chips: int) -> list[VpodKind]:
+    kinds = []
+    for shape in slice_shapes(chip, max_chips):
+        n = math.prod(shape)
+        for tp, pp, ep in parallelisms(model, n):
+            bw, a2a, _axes, _wrap = slice_collective(chip, shape, tp)
+            kinds.append(VpodKind(chip.name, shape, tp, pp, ep, bw, a2a, slice_wraps(chip, shape)))
+    return kinds
+
+
+# --------------------------------------------------------------------------------------------
+# Per-chip settings of an instance
+
+
+@dataclass(frozen=True)
+class ChipContext:
+    chip: ChipSpec
+    hw: HwRows  # scalars; slice-dependent fields filled per kind
+    price_usd_per_chip_hour: float
+    embodied_kg_per_chip_hour: float
+    energy_profile: str
+
+
+def chip_context(inst: Instance, name: str) -> ChipContext:
+    chip = get_chip(name)
+    entry = next((f for f in inst.fleet if f.chip == name), None)
+    eff = (chip.eff_compute, chip.eff_hbm, chip.eff_ici)
+    price = chip.price_3y_usd_per_chip_hour if inst.energy.price == "commit_3y" else chip.price_usd_per_chip_hour
+    embodied = chip.embodied_kgco2_per_chip
+    if entry is not None:
+        eff = (
+            entry.eff_compute or chip.eff_compute,
+            entry.eff_hbm or chip.eff_hbm,
+            entry.eff_ici or chip.eff_ici,
+        )
+        if entry.price_usd_per_chip_hour is not None:
+            price = entry.price_usd_per_chip_hour
+        if entry.embodied_kgco2_per_chip is not None:
+            embodied = entry.embodied_kgco2_per_chip
+    es = energy_spec(chip, inst.energy.profile)
+    hw = hw_rows_for(chip, es, 0.0, 1.0, inst.search.hbm_usable_fraction, inst.search.hop_latency_s, eff)
+    emb_h = embodied / (inst.energy.embodied_lifetime_years * HOURS_PER_YEAR) if not math.isnan(embodied) else math.nan
+    return ChipContext(chip, hw, price, emb_h, es.profile)
+
+
+def _check_chip_numbers(inst: Instance, ctxs: dict[str, ChipContext]) -> None:
+    """A fleet chip whose catalog lacks a number the objective needs is bad input, not a NaN plan."""
+    for name, c in ctxs.items():
+        if name not in inst.chip_names:
+            continue
+        idx = inst.chip_names.index(name)
+        if math.isnan(c.price_usd_per_chip_hour):
+            raise InputError(
+                f"chip {name} has no public price ({inst.energy.price}); set price_usd_per_chip_hour",
+                where=f"fleet[{idx}]",
+            )
+        if inst.objective == "carbon" and math.isnan(c.embodied_kg_per_chip_hour):
+            raise InputError(
+                f"chip {name} has no embodied-carbon figure; set embodied_kgco2_per_chip",
+                where=f"fleet[{idx}]",
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# The grid
+
+
+def _kinds_frame(kinds: list[VpodKind]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "chip": [k.chip for k in kinds],
+            "shape": [k.shape_str for k in kinds],
+            "chips_per_vpod": np.array([k.chips for k in kinds], dtype=np.int64),
+            "tp": np.array([k.tp for k in kinds], dtype=np.int64),
+            "pp": np.array([k.pp for k in kinds], dtype=np.int64),
+            "ep": np.array([k.ep for k in kinds], dtype=np.int64),
+            "wraparound": np.array([k.wrap for k in kinds], dtype=bool),
+            "coll_bw": np.array([k.coll_bw for k in kinds], dtype=float),
+            "a2a_dist": np.array([k.a2a_dist for k in kinds], dtype=float),
+        }
+    )
+
+
+def evaluate_grid(
+    model: ModelSpec,
+    ctxs: dict[str, ChipContext],
+    kinds: list[VpodKind],
+    buckets: pd.DataFrame,
+    batch_sizes: tuple[int, ...],
+    phases: tuple[str, ...],
+) -> pd.DataFrame:
+    """Evaluate every (kind x bucket x batch x phase) with numpy; one row per candidate.
+
+    Columns: see :data:`neuscale_opt.coefficients.CONFIG_COLUMNS`, plus ``memory_ok``,
+    ``mem_bytes_per_chip``, ``wraparound``, per-request ``flops``/``hbm_bytes``/``ici_bytes`` and
+    ``tokens_per_s`` (output tokens/s of one vPod at full load), ``latency_s`` (the phase's
+    latency: e2e, TTFT or TPOT).
+    """
+    kf = _kinds_frame(kinds)
+    nk, nb, nB = len(kf), len(buckets), len(batch_sizes)
+    if nk == 0 or nb == 0:
+        return pd.DataFrame()
+    # hardware per kind row
+    order = list(dict.fromkeys(kf["chip"]))
+    counts = [int((kf["chip"] == c).sum()) for c in order]
+    kinds_sorted = [k for c in order for k in kinds if k.chip == c]
+    kf = pd.concat([kf[kf["chip"] == c] for c in order], ignore_index=True)
+    hw_k = stack_hw(
+        [replace(ctxs[c].hw, coll_bw=kf.loc[kf["chip"] == c, "coll_bw"].to_numpy(), a2a_dist=kf.loc[kf["chip"] == c, "a2a_dist"].to_numpy()) for c in order],
+        counts,
+    )
+    # index grid: kind (k) x bucket (b) x batch (B)
+    k_idx = np.repeat(np.arange(nk), nb * nB)
+    b_idx = np.tile(np.repeat(np.arange(nb), nB), nk)
+    B = np.tile(np.asarray(batch_sizes, dtype=float), nk * nb)
+    # kind x bucket grid for batch-1 prefill (colocated TTFT)
+    k1 = np.repeat(np.arange(nk), nb)
+    b1 = np.tile(np.arange(nb), nk)
+
+    def take(hw: HwRows, idx: np.ndarray) -> HwRows:
+        return HwRows(**{f: np.asarray(getattr(hw, f))[idx] for f in HwRows.__dataclass_fields__ if f != "hop_s"}, hop_s=hw.hop_s)
+
+    s_in = buckets["input_tokens"].to_numpy(dtype=float)
+    s_out = buckets["output_tokens"].to_numpy(dtype=float)
+    tp = kf["tp"].to_numpy(dtype=float)
+    pp = kf["pp"].to_numpy(dtype=float)
+    ep = kf["ep"].to_numpy(dtype=float)
+    hw_g = take(hw_k, k_idx)
+
+    frames = []
+    want = set(phases)
+    if "colocated" in want or "decode" in want:
+        dec = step_cost(
+            model, hw_g, tp[k_idx], pp[k_idx], ep[k_idx], B, 1.0, s_in[b_idx] + s_out[b_idx] / 2.0,
+            mem_context=s_in[b_idx] + s_out[b_idx],
+        )
+    if "prefill" in want:
+        pre = step_cost(model, hw_g, tp[k_idx], pp[k_idx], ep[k_idx], B, s_in[b_idx], 0.0)
+    if "colocated" in want:
+        pre1_small = step_cost(model, take(hw_k, k1), tp[k1], pp[k1], ep[k1], 1.0, s_in[b1], 0.0)
+        # expand kind x bucket -> kind x bucket x batch
+        g = k_idx * nb + b_idx
+
+    chips_g = (tp * pp)[k_idx]
+    so, si = s_out[b_idx], s_in[b_idx]
+    base = {
+        "chip": kf["chip"].to_numpy()[k_idx],
+        "shape": kf["shape"].to_numpy()[k_idx],
+        "chips_per_vpod": kf["chips_per_vpod"].to_numpy()[k_idx],
+        "tp": kf["tp"].to_numpy()[k_idx],
+        "pp": kf["pp"].to_numpy()[k_idx],
+        "ep": kf["ep"].to_numpy()[k_idx],
+        "wraparound": kf["wraparound"].to_numpy()[k_idx],
+        "batch": B.astype(np.int64),
+        "bucket": buckets["bucket"].to_numpy()[b_idx],
+        "kv_bytes_per_req": si * model.kv_bytes_per_token,
+    }
+    nan = np.full(len(B), np.nan)
+
+    if "colocated" in want:
+        p1_lat = pre1_small.latency_s[g]
+        p1_stage = pre1_small.t_stage_s[g]
+        busy = p1_stage + so * dec.t_stage_s / B  # vPod time per request (pipelined), R12
+        rate = 1.0 / busy
+        rho = B * p1_stage / (so * dec.t_stage_s)
+        tpot = dec.latency_s * (1.0 + rho)
+        ttft = p1_lat
+        dominant_prefill = p1_stage > so * dec.t_stage_s / B
+        frames.append(
+            dict(
+                base,
+                phase=np.full(len(B), "colocated"),
+                ttft_s=ttft,
+                tpot_s=tpot,
+                e2e_s=ttft + so * tpot,
+                latency_s=ttft + so * tpot,
+                max_rate_rps=rate,
+                dyn_energy_j_per_req=pre1_small.energy_dyn_j[g] + so * dec.energy_dyn_j / B,
+                flops=pre1_small.flops[g] + so * dec.flops / B,
+                hbm_bytes=pre1_small.hbm_bytes[g] + so * dec.hbm_bytes / B,
+                ici_bytes=pre1_small.ici_bytes[g] + so * dec.ici_bytes / B,
+                bound=np.where(dominant_prefill, pre1_small.bound[g], dec.bound),
+                mem_bytes_per_chip=np.maximum(dec.mem_bytes_per_chip, pre1_small.mem_bytes_per_chip[g]),
+                busy_s_per_req=busy,
+            )
+        )
+    if "prefill" in want:
+        frames.append(
+            dict(
+                base,
+                phase=np.full(len(B), "prefill"),
+                ttft_s=pre.latency_s,
+                tpot_s=nan,
+                e2e_s=nan,
+                latency_s=pre.latency_s,
+                max_rate_rps=B / pre.t_stage_s,
+                dyn_energy_j_per_req=pre.energy_dyn_j / B,
+                flops=pre.flops / B,
+                hbm_bytes=pre.hbm_bytes / B,
+                ici_bytes=pre.ici_bytes / B,
+                bound=pre.bound,
+                mem_bytes_per_chip=pre.mem_bytes_per_chip,
+                busy_s_per_req=pre.t_stage_s / B,
+            )
+        )
+    if "decode" in want:
+        frames.append(
+            dict(
+                base,
+                phase=np.full(len(B), "decode"),
+                ttft_s=nan,
+                tpot_s=dec.latency_s,
+                e2e_s=nan,
+                latency_s=dec.latency_s,
+                max_rate_rps=B / (so * dec.t_stage_s),
+                dyn_energy_j_per_req=so * dec.energy_dyn_j / B,
+                flops=so * dec.flops / B,
+                hbm_bytes=so * dec.hbm_bytes / B,
+                ici_bytes=so * dec.ici_bytes / B,
+                bound=dec.bound,
+                mem_bytes_per_chip=dec.mem_bytes_per_chip,
+                busy_s_per_req=so * dec.t_stage_s / B,
+            )
+        )
+    nf = len(frames)
+    cols = {c: np.concatenate([np.asarray(f[c]) for f in frames]) for c in frames[0]}
+    n = len(B)
+    chips_all = np.tile(chips_g, nf).astype(float)
+    hbm_cap = np.tile(np.broadcast_to(hw_g.hbm_cap, (n,)), nf)
+    static_chip = np.tile(np.broadcast_to(hw_g.static_w, (n,)), nf)
+    chip_code = np.tile(pd.Index(order).get_indexer(kf["chip"])[k_idx], nf)
+    price = np.array([ctxs[c].price_usd_per_chip_hour for c in order])[chip_code]
+    emb = np.array([ctxs[c].embodied_kg_per_chip_hour for c in order])[chip_code]
+    busy = cols["busy_s_per_req"]
+    cols["memory_ok"] = cols["mem_bytes_per_chip"] <= hbm_cap
+    cols["bound"] = BOUNDS[cols["bound"]]
+    cols["static_power_w"] = chips_all * static_chip
+    cols["price_usd_per_hour"] = chips_all * price
+    cols["embodied_kg_per_hour"] = chips_all * emb
+    cols["energy_j_per_req"] = cols["dyn_energy_j_per_req"] + cols["static_power_w"] * busy
+    cols["cost_usd_per_req"] = cols["price_usd_per_hour"] / 3600.0 * busy
+    cols["embodied_kg_per_req"] = cols["embodied_kg_per_hour"] / 3600.0 * busy
+    cols["tokens_per_s"] = cols["max_rate_rps"] * np.tile(so, nf)
+    # Keys are built once per (kind, batch, phase) and per bucket, then indexed.
+    kind_key = [f"{k.chip}:{k.shape_str}:tp{k.tp}pp{k.pp}ep{k.ep}" for k in kinds_sorted]
+    phase_names = [f["phase"][0] for f in frames]
+    type_keys = np.array(
+        [f"{kk}:b{b}:{ph}" for ph in phase_names for kk in kind_key for b in batch_sizes], dtype=object
+    )
+    type_idx = np.concatenate([p * nk * nB + k_idx * nB + np.tile(np.arange(nB), nk * nb) for p in range(nf)])
+    vt = type_keys[type_idx]
+    bucket_names = np.array([f"|{b}" for b in buckets["bucket"]], dtype=object)
+    cols["vpod_type"] = vt
+    cols["config_id"] = vt + bucket_names[np.tile(b_idx, nf)]
+    df = pd.DataFrame(cols)
+    return df
+
+
+def pareto_mask(df: pd.DataFrame, metric: str, by: tuple[str, ...] = ("bucket", "phase")) -> np.ndarray:
+    """Rows on the (latency_s, ``metric``) Pareto front within each group (both minimised).
+
+    Rows are sorted by group, latency, metric and row position; a row is on the front when its
+    metric is strictly below the metric of every row before it in its group. Done with integer
+    ranks and one cumulative minimum (no Python loop, no float tolerance): ranks are offset by
+    ``-group * (n + 1)`` so that the running minimum restarts at every group.
+    """
+    n = len(df)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    g = np.zeros(n, dtype=np.int64)
+    for col in by:
+        codes, uniq = pd.factorize(df[col], sort=True)
+        g = g * (len(uniq) + 1) + codes
+    _, g = np.unique(g, return_inverse=True)
+    _, m_rank = np.unique(df[metric].to_numpy(dtype=float), return_inverse=True)
+    lat = df["latency_s"].to_numpy(dtype=float)
+    order = np.lexsort((np.arange(n), m_rank, lat, g))
+    key = m_rank[order].astype(np.int64) - g[order].astype(np.int64) * (n + 1)
+    running = np.minimum.accumulate(key)
+    prev = np.empty_like(running)
+    prev[0] = np.iinfo(np.int64).max
+    prev[1:] = running[:-1]
+    on_sorted = key < prev
+    mask = np.empty(n, dtype=bool)
+    mask[order] = on_sorted
+    return mask
+
+
+# --------------------------------------------------------------------------------------------
+# Buckets, demand and SLO targets of an instance
+
+
+def instance_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Request classes (bucket, input_tokens, output_tokens, optional per-class SLOs) and the
+    per-epoch demand the planner provisions for (epoch, bucket, rate_rps)."""
+    w = inst.workload
+    if w.classes:
+        buckets = pd.DataFrame(
+            {
+                "bucket": [c.name for c in w.classes],
+                "input_tokens": [c.input_tokens for c in w.classes],
+                "output_tokens": [c.output_tokens for c in w.classes],
+                "ttft_slo_s": [c.ttft_slo_s if c.ttft_slo_s is not None else np.nan for c in w.classes],
+                "tpot_slo_s": [c.tpot_slo_s if c.tpot_slo_s is not None else np.nan for c in w.classes],
+                "e2e_slo_s": [c.e2e_slo_s if c.e2e_slo_s is not None else np.nan for c in w.classes],
+            }
+        )
+        epochs = sorted({d.epoch for d in w.demand})
+        if inst.epochs.horizon is not None:
+            epochs = [e for e in range(inst.epochs.horizon)]
+        rates = {(d.epoch, d.bucket): d.rate_rps for d in w.demand}
+        demand = pd.DataFrame(
+            [(e, b, rates.get((e, b), 0.0)) for e in epochs for b in buckets["bucket"]],
+            columns=["epoch", "bucket", "rate_rps"],
+        )
+        return buckets, demand
+    return _trace_buckets_and_demand(inst)
+
+
+def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_table
+    from neuscale_opt.traces.demand import epoch_demand
+    from neuscale_opt.traces.loaders import load_trace
+
+    w = inst.workload
+    spec = w.buckets or DEFAULT_BUCKETS
+    trace = load_trace(w.trace, inst.base_dir)
+    table = bucket_table(trace, spec)
+    buckets = pd.DataFrame(
+        {
+            "bucket": table["bucket"].astype(str).to_numpy(),
+            "input_tokens": table["input_tokens"].astype(np.int64).to_numpy(),
+            "output_tokens": table["output_tokens"].astype(np.int64).to_numpy(),
+        }
+    )
+    for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s"):
+        buckets[c] = np.nan
+    horizon_s = inst.epochs.horizon * inst.epochs.length_s if inst.epochs.horizon else None
+    dem = epoch_demand(trace, spec, epoch_s=inst.epochs.length_s, subwindow_s=w.subwindow_s, horizon_s=horizon_s)
+    col = "peak_rps" if w.provision_for == "peak" else "mean_rps"
+    demand = dem[["epoch", "bucket", col]].rename(columns={col: "rate_rps"})
+    demand["bucket"] = demand["bucket"].astype(str)
+    demand["epoch"] = demand["epoch"].astype(np.int64)
+    return buckets, demand.reset_index(drop=True)
+
+
+def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> pd.DataFrame:
+    """Single-request (batch 1) TTFT, TPOT and e2e of each class on the SLO reference configuration:
+    the named ``reference_shape`` of ``reference_chip``, or its smallest slice that holds the model
+    at the longest class context, with tp = all its chips and pp = 1."""
+    chip = get_chip(inst.slo.reference_chip, where="slo.reference_chip")
+    ctx = chip_context(inst, chip.name)
+    if inst.slo.reference_shape is not None:
+        shape = tuple(int(x) for x in inst.slo.reference_shape.split("x"))
+        shapes = [shape]
+    else:
+        shapes = slice_shapes(chip, chip.pod_chips)
+    max_ctx = float((buckets["input_tokens"] + buckets["output_tokens"]).max())
+    for shape in shapes:
+        n = math.prod(shape)
+        par = [p for p in parallelisms(model, n) if p[1] == 1 and p[2] == 1]
+        if not par:
+            continue
+        tp = par[-1][0]
+        bw, a2a, _, _ = slice_collective(chip, shape, tp)
+        hw = replace(ctx.hw, coll_bw=np.float64(bw), a2a_dist=np.float64(a2a))
+        s_in = buckets["input_tokens"].to_numpy(dtype=float)
+        s_out = buckets["output_tokens"].to_numpy(dtype=float)
+        dec = step_cost(model, hw, tp, 1, 1, 1.0, 1.0, s_in + s_out / 2.0, mem_context=np.full_like(s_in, max_ctx))
+        if not bool(np.all(dec.mem_bytes_per_chip <= hw.hbm_cap)):
+            continue
+        pre = step_cost(model, hw, tp, 1, 1, 1.0, s_in, 0.0)
+        out = pd.DataFrame(
+            {
+                "bucket": buckets["bucket"].to_numpy(),
+                "ref_ttft_s": pre.latency_s,
+                "ref_tpot_s": dec.latency_s,
+                "ref_e2e_s": pre.latency_s + s_out * dec.latency_s,
+            }
+        )
+        out.attrs["reference"] = f"{chip.name}:{'x'.join(map(str, shape))}:tp{tp}"
+        return out
+    raise InputError(
+        f"no slice of {chip.name} holds {model.name} for the SLO reference; choose another reference_chip",
+        where="slo.reference_chip",
+    )
+
+
+def apply_slo(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Fill the buckets' SLO targets (per-class values given in the file win)."""
+    b = buckets.copy()
+    if inst.slo.mode == "absolute":
+        targets = {"ttft": inst.slo.ttft_s, "tpot": inst.slo.tpot_s, "e2e": inst.slo.e2e_s}
+        for m, v in targets.items():
+            col = f"{m}_slo_s"
+            if v is not None:
+                b[col] = b[col].fillna(v)
+        return b, "absolute"
+    ref = reference_latencies(inst, model, buckets)
+    for m in inst.slo.metrics:
+        col = f"{m}_slo_s"
+        b[col] = b[col].fillna(pd.Series(inst.slo.multiplier * ref[f"ref_{m}_s"].to_numpy(), index=b.index))
+    return b, f"{inst.slo.multiplier:g}x single-request latency on {ref.attrs['reference']}"
+
+
+def effective_model(inst: Instance) -> ModelSpec:
+    m = get_model(inst.model.name, where="model.name")
+    upd = {}
+    if inst.model.weight_dtype:
+        upd["weight_dtype"] = inst.model.weight_dtype
+    if inst.model.kv_dtype:
+        upd["kv_dtype"] = inst.model.kv_dtype
+    if inst.model.moe_imbalance is not None:
+        upd["moe_imbalance"] = inst.model.moe_imbalance
+    return replace(m, **upd) if upd else m
+
+
+@dataclass(frozen=True)
+class CandidateSet:
+    """All candidates of an instance with the inputs that produced them."""
+
+    table: pd.DataFrame  # every candidate, feasible or not, with pareto flags
+    buckets: pd.DataFrame
+    demand: pd.DataFrame
+    slo_note: str
+    model: ModelSpec
+
+
+def candidates(inst: Instance) -> CandidateSet:
+    """Enumerate, evaluate, check and rank every candidate vPod configuration of ``inst``."""
+    model = effective_model(inst)
+    ctxs = {c: chip_context(inst, c) for c in inst.chip_names}
+    _check_chip_numbers(inst, ctxs)
+    buckets, demand = instance_buckets_and_demand(inst)
+    buckets, slo_note = apply_slo(inst, model, buckets)
+    kinds = [k for c in inst.chip_names for k in vpod_kinds(model, ctxs[c].chip, inst.search.max_chips_per_vpod)]
+    df = evaluate_grid(model, ctxs, kinds, buckets, inst.search.batch_sizes, inst.search.phases)
+    if df.empty:
+        raise InputError("no candidate configuration (check fleet, search and workload)", where="search")
+    df["slo_ok"] = meets_slo(df, buckets).to_numpy()
+    df["feasible"] = df["memory_ok"] & df["slo_ok"] & (df["max_rate_rps"] > 0)
+    df["energy_profile"] = df["chip"].map({c: ctxs[c].energy_profile for c in ctxs})
+    feas = df[df["feasible"]]
+    df["pareto_energy"] = False
+    df["pareto_cost"] = False
+    if not feas.empty:
+        df.loc[feas.index, "pareto_energy"] = pareto_mask(feas, "energy_j_per_req")
+        df.loc[feas.index, "pareto_cost"] = pareto_mask(feas, "cost_usd_per_req")
+    return CandidateSet(df, buckets, demand, slo_note, model)
+
+
+def build_coefficients(inst: Instance, cset: CandidateSet | None = None) -> Coefficients:
+    """The planners' input: feasible configurations of the phases the serving mode uses, demand,
+    classes with their SLOs, and per-generation inventory and prices."""
+    cset = candidates(inst) if cset is None else cset
+    phases = ("colocated",) if inst.planning.serving == "colocated" else ("prefill", "decode")
+    configs = cset.table[cset.table["feasible"] & cset.table["phase"].isin(phases)].reset_index(drop=True)
+    ctxs = {c: chip_context(inst, c) for c in inst.chip_names}
+    dcn_pj = inst.energy.dcn_pj_per_byte
+    chips = pd.DataFrame(
+        {
+            "chip": inst.chip_names,
+            "healthy_chips": [float(f.healthy_chips) for f in inst.fleet],
+            "dcn_bytes_per_s": [ctxs[c].chip.dcn_bytes_per_s for c in inst.chip_names],
+            "dcn_energy_j_per_byte": [
+                (dcn_pj * 1e-12) if dcn_pj is not None else float(ctxs[c].hw.j_ici) for c in inst.chip_names
+            ],
+            "price_usd_per_chip_hour": [ctxs[c].price_usd_per_chip_hour for c in inst.chip_names],
+            "static_power_w_per_chip": [float(ctxs[c].hw.static_w) for c in inst.chip_names],
+            "embodied_kg_per_chip_hour": [ctxs[c].embodied_kg_per_chip_hour for c in inst.chip_names],
+        }
+    )
+    return Coefficients(
+        configs=configs,
+        demand=cset.demand,
+        buckets=cset.buckets,
+        chips=chips,
+        epoch_s=inst.epochs.length_s,
+        pue=inst.energy.pue,
+        carbon_kg_per_kwh=inst.energy.carbon_kg_per_kwh,
+        util_cap=inst.planning.util_cap,
+        source="roofline",
+        meta={"instance": inst.name, "model": cset.model.name, "slo": cset.slo_note, "energy_profile": inst.energy.profile},
+    )

@@ -1,0 +1,236 @@
+"""The coefficient contract: the numbers every planner reads.
+
+The roofline engine (``neuscale_opt.candidates.build_coefficients``), the profile-table importers
+(Mélange) and hand-written test fixtures all produce a :class:`Coefficients`. The MILP, the greedy
+heuristic, the baselines and the independent evaluator only ever read one. No Pyomo in here: plain,
+frozen pandas tables with units in the column names.
+
+Tables
+------
+``configs`` - one row per (vPod type, request class) that is memory-feasible, meets the SLO and has a
+positive sustainable rate. Columns:
+
+=====================  =======  ==============================================================
+column                 unit     meaning
+=====================  =======  ==============================================================
+config_id              -        unique key, ``f"{vpod_type}|{bucket}"``
+vpod_type              -        key of the vPod type: chip, shape, parallelism, batch and phase
+bucket                 -        request class (sequence-length bucket) name
+phase                  -        ``colocated`` (prefill+decode on one vPod), ``prefill`` or ``decode``
+chip                   -        chip generation name (catalog key)
+shape                  -        slice shape, e.g. ``4x4``, ``2x2x4``; ``8`` for a switched GPU node
+chips_per_vpod         chips    chips one vPod holds
+tp, pp, ep, batch      -        tensor / pipeline / expert parallelism, batch (sequences in flight)
+max_rate_rps           req/s    requests/s one vPod sustains for this class at 100 % busy
+dyn_energy_j_per_req   J        dynamic chip energy per request (compute + HBM + ICI), before PUE
+static_power_w         W        static power of the whole vPod while it is held, before PUE
+price_usd_per_hour     USD/h    price of the whole vPod per hour held
+embodied_kg_per_hour   kgCO2e/h embodied carbon of the vPod's chips amortised per hour held
+ttft_s, tpot_s, e2e_s  s        latencies of the class on this configuration (NaN if n/a)
+bound                  -        binding roof of the dominant step: ``compute``, ``hbm`` or ``ici``
+kv_bytes_per_req       B        KV cache a request hands from prefill to decode
+energy_j_per_req       J        dyn + static x busy time per request, at full load, before PUE
+cost_usd_per_req       USD      price x busy time per request at full load
+=====================  =======  ==============================================================
+
+``demand`` - the rate to provision for: columns ``epoch`` (int), ``bucket``, ``rate_rps`` (req/s).
+Every (epoch, bucket) pair of the horizon is present (zeros included).
+
+``buckets`` - the request classes: ``bucket``, ``input_tokens``, ``output_tokens`` (representative
+lengths the roofline used), and the class's SLO targets ``ttft_slo_s``, ``tpot_slo_s``, ``e2e_slo_s``
+(s; NaN = no target), ordered as the user gave them. A configuration meets the SLO of its class when
+each of its latencies that has a target is at most that target (``neuscale_opt.coefficients.meets_slo``).
+
+``chips`` - per chip generation: ``chip``, ``healthy_chips`` (inventory; ``inf`` for unlimited),
+``dcn_bytes_per_s`` (per chip), ``dcn_energy_j_per_byte``, ``price_usd_per_chip_hour``,
+``static_power_w_per_chip``, ``embodied_kg_per_chip_hour``.
+
+Scalars: ``epoch_s`` (s), ``pue`` (-), ``carbon_kg_per_kwh`` (kgCO2e/kWh), ``util_cap`` (-, the
+fraction of a vPod's sustainable rate the plan may load it to; queueing headroom).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from neuscale_opt.errors import InputError
+
+CONFIG_COLUMNS: tuple[str, ...] = (
+    "config_id",
+    "vpod_type",
+    "bucket",
+    "phase",
+    "chip",
+    "shape",
+    "chips_per_vpod",
+    "tp",
+    "pp",
+    "ep",
+    "batch",
+    "max_rate_rps",
+    "dyn_energy_j_per_req",
+    "static_power_w",
+    "price_usd_per_hour",
+    "embodied_kg_per_hour",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "bound",
+    "kv_bytes_per_req",
+    "energy_j_per_req",
+    "cost_usd_per_req",
+)
+DEMAND_COLUMNS: tuple[str, ...] = ("epoch", "bucket", "rate_rps")
+BUCKET_COLUMNS: tuple[str, ...] = (
+    "bucket",
+    "input_tokens",
+    "output_tokens",
+    "ttft_slo_s",
+    "tpot_slo_s",
+    "e2e_slo_s",
+)
+CHIP_COLUMNS: tuple[str, ...] = (
+    "chip",
+    "healthy_chips",
+    "dcn_bytes_per_s",
+    "dcn_energy_j_per_byte",
+    "price_usd_per_chip_hour",
+    "static_power_w_per_chip",
+    "embodied_kg_per_chip_hour",
+)
+PHASES: tuple[str, ...] = ("colocated", "prefill", "decode")
+
+J_PER_KWH = 3.6e6
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Frozen bundle of planner inputs. See the module docstring for every column and unit."""
+
+    configs: pd.DataFrame
+    demand: pd.DataFrame
+    buckets: pd.DataFrame
+    chips: pd.DataFrame
+    epoch_s: float = 300.0
+    pue: float = 1.1
+    carbon_kg_per_kwh: float = 0.5
+    util_cap: float = 0.9
+    source: str = "roofline"
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_coefficients(self)
+
+    @property
+    def epochs(self) -> list[int]:
+        return sorted(int(e) for e in self.demand["epoch"].unique())
+
+    @property
+    def bucket_names(self) -> list[str]:
+        return [str(b) for b in self.buckets["bucket"]]
+
+    def inventory(self) -> dict[str, float]:
+        """Healthy chips per generation (``math.inf`` where unlimited)."""
+        return {str(r.chip): float(r.healthy_chips) for r in self.chips.itertuples()}
+
+    def with_unlimited_inventory(self) -> Coefficients:
+        """A copy with every generation's inventory set to infinity (the ``unlimited`` reference)."""
+        chips = self.chips.copy()
+        chips["healthy_chips"] = math.inf
+        return Coefficients(
+            configs=self.configs,
+            demand=self.demand,
+            buckets=self.buckets,
+            chips=chips,
+            epoch_s=self.epoch_s,
+            pue=self.pue,
+            carbon_kg_per_kwh=self.carbon_kg_per_kwh,
+            util_cap=self.util_cap,
+            source=self.source,
+            meta=dict(self.meta),
+        )
+
+    def restrict_chips(self, chips: list[str]) -> Coefficients:
+        """A copy whose configurations use only the named generations (the ``homogeneous`` baseline)."""
+        keep = self.configs["chip"].isin(chips)
+        return Coefficients(
+            configs=self.configs[keep].reset_index(drop=True),
+            demand=self.demand,
+            buckets=self.buckets,
+            chips=self.chips[self.chips["chip"].isin(chips)].reset_index(drop=True),
+            epoch_s=self.epoch_s,
+            pue=self.pue,
+            carbon_kg_per_kwh=self.carbon_kg_per_kwh,
+            util_cap=self.util_cap,
+            source=self.source,
+            meta=dict(self.meta),
+        )
+
+
+def meets_slo(configs: pd.DataFrame, buckets: pd.DataFrame, rtol: float = 1e-9) -> pd.Series:
+    """Boolean Series (aligned to ``configs``): does each configuration meet its class's SLO?
+
+    Phase matters: a ``prefill`` vPod is held to the TTFT target only, a ``decode`` vPod to the TPOT
+    target only, a ``colocated`` vPod to all three (TTFT, TPOT, end-to-end).
+    """
+    slo = buckets.set_index("bucket")[["ttft_slo_s", "tpot_slo_s", "e2e_slo_s"]]
+    t = slo.reindex(configs["bucket"]).to_numpy()
+    ttft_t, tpot_t, e2e_t = t[:, 0], t[:, 1], t[:, 2]
+    phase = configs["phase"].to_numpy()
+
+    def ok(value: pd.Series, target, applies) -> pd.Series:
+        v = value.to_numpy(dtype=float)
+        good = pd.isna(target) | (~applies) | (v <= target * (1 + rtol))
+        return good
+
+    res = (
+        ok(configs["ttft_s"], ttft_t, phase != "decode")
+        & ok(configs["tpot_s"], tpot_t, phase != "prefill")
+        & ok(configs["e2e_s"], e2e_t, phase == "colocated")
+    )
+    return pd.Series(res, index=configs.index, name="slo_ok")
+
+
+def _missing(df: pd.DataFrame, cols: tuple[str, ...]) -> list[str]:
+    return [c for c in cols if c not in df.columns]
+
+
+def check_coefficients(c: Coefficients) -> None:
+    """Raise :class:`InputError` listing every structural problem of the tables at once."""
+    problems: list[str] = []
+    for name, df, cols in (
+        ("configs", c.configs, CONFIG_COLUMNS),
+        ("demand", c.demand, DEMAND_COLUMNS),
+        ("buckets", c.buckets, BUCKET_COLUMNS),
+        ("chips", c.chips, CHIP_COLUMNS),
+    ):
+        miss = _missing(df, cols)
+        if miss:
+            problems.append(f"{name} lacks columns {miss}")
+    if problems:
+        raise InputError("; ".join(problems), where="coefficients")
+    if c.configs["config_id"].duplicated().any():
+        dup = c.configs.loc[c.configs["config_id"].duplicated(), "config_id"].iloc[0]
+        problems.append(f"configs: duplicate config_id {dup!r}")
+    bad_phase = set(c.configs["phase"]) - set(PHASES)
+    if bad_phase:
+        problems.append(f"configs: unknown phase {sorted(bad_phase)}")
+    unknown_b = set(c.demand["bucket"]) - set(c.buckets["bucket"])
+    if unknown_b:
+        problems.append(f"demand: unknown bucket {sorted(unknown_b)}")
+    unknown_chip = set(c.configs["chip"]) - set(c.chips["chip"])
+    if unknown_chip:
+        problems.append(f"configs: chip without a chips row {sorted(unknown_chip)}")
+    if (c.demand["rate_rps"] < 0).any():
+        problems.append("demand: negative rate_rps")
+    if (c.configs["max_rate_rps"] <= 0).any():
+        problems.append("configs: max_rate_rps must be > 0 (drop infeasible rows)")
+    if not (0 < c.util_cap <= 1):
+        problems.append(f"util_cap must be in (0, 1], got {c.util_cap}")
+    if c.epoch_s <= 0:
+        problems.append(f"epoch_s must be > 0, got {c.epoch_s}")
+    if problems:
+        raise InputError("; ".join(problems), where="coefficients")

@@ -1,0 +1,11 @@
+"""The registry of CLI subcommand groups.
+
+Each entry is a ``register(subparsers)`` function from the module that owns the commands. Adding a
+command group means adding its ``register`` here; ``neuscale_opt.cli`` never changes.
+"""
+
+from __future__ import annotations
+
+from neuscale_opt import commands_core
+
+REGISTRARS = [commands_core.register]

@@ -1,0 +1,216 @@
+"""Core subcommands: ``validate``, ``candidates``, ``roofline`` and ``catalog``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import pandas as pd
+
+from neuscale_opt.candidates import candidates, slice_shapes
+from neuscale_opt.catalog import ENERGY_PROFILES, catalog_frames, energy_spec, get_chip, get_model
+from neuscale_opt.errors import InputError
+from neuscale_opt.instance import load_instance
+from neuscale_opt.io import write_csv, write_json
+from neuscale_opt.roofline import BOUNDS, chip_rooflines, hw_rows_for, slice_collective, step_cost
+
+CANDIDATE_COLUMNS = [
+    "config_id",
+    "bucket",
+    "phase",
+    "chip",
+    "shape",
+    "chips_per_vpod",
+    "tp",
+    "pp",
+    "ep",
+    "batch",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "max_rate_rps",
+    "tokens_per_s",
+    "energy_j_per_req",
+    "dyn_energy_j_per_req",
+    "cost_usd_per_req",
+    "embodied_kg_per_req",
+    "bound",
+    "memory_ok",
+    "slo_ok",
+    "pareto_energy",
+    "pareto_cost",
+]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="check an instance file; --json prints it normalised")
+    p.add_argument("instance", nargs="?", help="instance TOML (default: the embedded default)")
+    p.add_argument("--json", metavar="PATH|-", help="write the normalised instance as JSON")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("candidates", help="list candidate vPod configurations and the Pareto fronts")
+    p.add_argument("instance", nargs="?", help="instance TOML (default: the embedded default)")
+    p.add_argument("--json", metavar="PATH|-", help="write the candidates as JSON")
+    p.add_argument("--csv", metavar="PATH|-", help="write the candidates as CSV")
+    p.add_argument("--all", action="store_true", help="every candidate, not only the Pareto-optimal ones")
+    p.set_defaults(func=cmd_candidates)
+
+    p = sub.add_parser("roofline", help="roofline of one configuration and one step")
+    p.add_argument("--model", required=True)
+    p.add_argument("--chip", required=True)
+    p.add_argument("--chips", type=int, required=True, help="chips in the vPod")
+    p.add_argument("--shape", help="slice shape AxB[xC] (default: the smallest allowed with --chips chips)")
+    p.add_argument("--tp", type=int, help="tensor parallelism (default chips / pp)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline parallelism (default 1)")
+    p.add_argument("--ep", type=int, default=1, help="expert parallelism: 1 or tp (MoE only)")
+    p.add_argument("--phase", choices=["prefill", "decode"], required=True)
+    p.add_argument("--seq-len", type=int, required=True, help="prefill: prompt tokens; decode: context tokens")
+    p.add_argument("--output-len", type=int, default=0, help="decode: tokens still to generate (memory check)")
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--profile", choices=ENERGY_PROFILES, default="neuscale", help="energy profile")
+    p.add_argument("--json", metavar="PATH|-", default="-", help="where to write the JSON (default stdout)")
+    p.set_defaults(func=cmd_roofline)
+
+    p = sub.add_parser("catalog", help="list the shipped chips, models or energy profiles")
+    p.add_argument("table", choices=["chips", "models", "energy_profiles"])
+    p.add_argument("--csv", metavar="PATH|-", default="-")
+    p.set_defaults(func=cmd_catalog)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    inst = load_instance(args.instance)
+    if args.json:
+        write_json(inst.normalised(), args.json)
+    else:
+        chips = ", ".join(f"{k} {v}" for k, v in inst.healthy_chips().items())
+        print(f"{inst.path}: ok ({inst.model.name}; healthy chips: {chips})")
+    return 0
+
+
+def cmd_candidates(args: argparse.Namespace) -> int:
+    inst = load_instance(args.instance)
+    cs = candidates(inst)
+    t = cs.table
+    shown = t if args.all else t[t["pareto_energy"] | t["pareto_cost"]]
+    shown = shown.sort_values(["bucket", "phase", "e2e_s", "ttft_s", "tpot_s", "config_id"], kind="mergesort")
+    shown = shown[CANDIDATE_COLUMNS].reset_index(drop=True)
+    if args.json:
+        write_json(
+            {
+                "instance": inst.name,
+                "model": cs.model.name,
+                "slo": cs.slo_note,
+                "buckets": cs.buckets.to_dict("records"),
+                "evaluated": int(len(t)),
+                "feasible": int(t["feasible"].sum()),
+                "rooflines": [
+                    chip_rooflines(get_chip(c), energy_spec(get_chip(c), inst.energy.profile))
+                    for c in inst.chip_names
+                ],
+                "candidates": shown.to_dict("records"),
+            },
+            args.json,
+        )
+    if args.csv:
+        write_csv(shown, args.csv)
+    if not args.json and not args.csv:
+        _print_summary(inst.name, cs, shown)
+    return 0
+
+
+def _print_summary(name: str, cs, shown: pd.DataFrame) -> None:
+    t = cs.table
+    out = sys.stdout
+    out.write(f"instance {name}: {cs.model.name}; SLO {cs.slo_note}\n")
+    out.write(f"{len(t)} candidates evaluated, {int(t['memory_ok'].sum())} fit in memory, "
+              f"{int(t['feasible'].sum())} also meet the SLO; Pareto-optimal shown: {len(shown)}\n\n")
+    cols = ["bucket", "phase", "chip", "shape", "tp", "pp", "batch", "ttft_s", "tpot_s", "e2e_s",
+            "max_rate_rps", "energy_j_per_req", "cost_usd_per_req", "bound"]
+    with pd.option_context("display.width", 200, "display.max_rows", 400, "display.float_format", "{:.4g}".format):
+        out.write(shown[cols].to_string(index=False) + "\n")
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
+    model = get_model(args.model, where="--model")
+    chip = get_chip(args.chip, where="--chip")
+    for name in ("chips", "batch", "seq_len", "pp", "ep"):
+        if getattr(args, name) <= 0:
+            raise InputError(f"must be > 0, got {getattr(args, name)}", where=f"--{name.replace('_', '-')}")
+    if args.output_len < 0:
+        raise InputError("must be >= 0", where="--output-len")
+    allowed = slice_shapes(chip, chip.pod_chips)
+    if args.shape:
+        try:
+            shape = tuple(int(x) for x in args.shape.lower().split("x"))
+        except ValueError:
+            raise InputError(f"{args.shape!r} is not AxB or AxBxC", where="--shape") from None
+        if tuple(sorted(shape)) not in {tuple(sorted(s)) for s in allowed}:
+            raise InputError(
+                f"shape {args.shape} is not allowed on {chip.name}; allowed: {' '.join(chip.slice_shapes)}",
+                where="--shape",
+            )
+        if math.prod(shape) != args.chips:
+            raise InputError(f"shape {args.shape} has {math.prod(shape)} chips, not {args.chips}", where="--shape")
+    else:
+        # The smallest allowed slice with that many chips; a chip count no slice has (a single v5p,
+        # say) is still computed, as a what-if, with ``slice_allowed: false``.
+        fits = [s for s in allowed if math.prod(s) == args.chips]
+        shape = fits[0] if fits else (args.chips,)
+    tp = args.tp if args.tp is not None else args.chips // args.pp
+    if tp * args.pp != args.chips:
+        raise InputError(f"tp x pp = {tp} x {args.pp} != {args.chips} chips", where="--tp")
+    if args.ep not in (1, tp) or (args.ep > 1 and not model.is_moe):
+        raise InputError("must be 1, or equal to tp for an MoE model", where="--ep")
+    bw, a2a, _, _ = slice_collective(chip, shape, tp)
+    es = energy_spec(chip, args.profile)
+    hw = hw_rows_for(chip, es, bw, a2a)
+    B = float(args.batch)
+    if args.phase == "prefill":
+        sc = step_cost(model, hw, tp, args.pp, args.ep, B, float(args.seq_len), 0.0)
+        tokens = B * args.seq_len
+    else:
+        sc = step_cost(model, hw, tp, args.pp, args.ep, B, 1.0, float(args.seq_len),
+                       mem_context=float(args.seq_len + args.output_len))
+        tokens = B
+    latency = float(sc.latency_s)
+    static_j = es.static_w * args.chips * latency
+    price = chip.price_usd_per_chip_hour
+    res = {
+        "model": model.name,
+        "chip": chip.name,
+        "shape": "x".join(map(str, shape)),
+        "slice_allowed": tuple(sorted(shape)) in {tuple(sorted(a)) for a in allowed},
+        "chips": args.chips,
+        "tp": tp,
+        "pp": args.pp,
+        "ep": args.ep,
+        "phase": args.phase,
+        "batch": args.batch,
+        "seq_len": args.seq_len,
+        "energy_profile": es.profile,
+        "latency_s": latency,
+        "t_compute_s": float(sc.t_compute_s),
+        "t_hbm_s": float(sc.t_hbm_s),
+        "t_ici_s": float(sc.t_ici_s),
+        "throughput_tokens_s": tokens * args.pp / (args.pp * float(sc.t_stage_s)),
+        "energy_j": float(sc.energy_dyn_j) + static_j,
+        "energy_dynamic_j": float(sc.energy_dyn_j),
+        "energy_static_j": static_j,
+        "cost_usd": price * args.chips * latency / 3600.0 if not math.isnan(price) else None,
+        "bound": str(BOUNDS[int(sc.bound)]),
+        "memory_ok": bool(sc.mem_bytes_per_chip <= hw.hbm_cap),
+        "memory_bytes_per_chip": float(sc.mem_bytes_per_chip),
+        "hbm_capacity_bytes": float(hw.hbm_cap),
+        "flops": float(sc.flops),
+        "hbm_bytes": float(sc.hbm_bytes),
+        "ici_bytes": float(sc.ici_bytes),
+    }
+    write_json(res, args.json)
+    return 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    write_csv(catalog_frames()[args.table], args.csv)
+    return 0
+

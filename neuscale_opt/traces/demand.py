@@ -1,0 +1,216 @@
+"""Per-epoch, per-bucket demand: the table the forecasters read and the planner provisions for.
+
+For a trace with arrivals ``t_r`` (s from the horizon start), buckets ``b(r)``, epoch length ``T``
+(default 300 s) and sub-window length ``w`` (default 10 s, ``T / w`` must be an integer):
+
+* epoch of a request ``e(r) = floor(t_r / T)``; sub-window ``j(r) = floor((t_r - e T) / w)``;
+* ``count[e, b]  = #{r : e(r) = e, b(r) = b}``;
+* ``mean_rps[e, b] = count[e, b] / d_e``, with ``d_e`` the part of epoch ``e`` inside the horizon
+  (``T`` except for the trailing epoch, see below);
+* ``peak_rps[e, b] = max_j #{r : e(r) = e, j(r) = j, b(r) = b} / w``: the highest rate over the
+  epoch's sub-windows. This is NeuScale's ``R_peak`` at sub-window resolution and the number the
+  planner provisions for (a plan sized for the mean rate queues during every burst);
+* ``input_tokens[e, b]``, ``output_tokens[e, b]``: token sums of those requests.
+
+Every pair ``(e, b)`` for ``e = 0 .. E-1`` and every bucket name is present, with zeros when empty.
+
+Horizon and the trailing partial epoch
+--------------------------------------
+The horizon is ``[0, H)``. With ``horizon_s`` given, rows at ``t >= H`` are left out and
+``E = ceil(H / T)``. Without it, ``H`` is the trace's horizon (``df.attrs["horizon_s"]``: the cut
+``duration_s`` or the last arrival) and *every* row is kept: ``E = max(ceil(H/T), floor(t_max/T)+1)``.
+The trailing epoch is kept even when partial (``partial="keep"``, the default), so
+``sum(count) = rows in the horizon`` always holds. Its ``duration_s = d_E-1 = H - (E-1) T`` (at
+least one sub-window, so a sliver does not turn one request into a huge rate), its ``mean_rps``
+divides by that, and its sub-windows beyond ``H`` simply hold nothing. ``partial="drop"`` instead
+ends the horizon at the last full epoch (``H := floor(H/T) T``) and drops the rows after it.
+Backtests score full epochs only (:func:`neuscale_opt.traces.forecast.backtest`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from neuscale_opt.errors import InputError
+from neuscale_opt.traces.buckets import bucket_codes, bucket_names
+from neuscale_opt.traces.spec import BucketSpec
+
+ALL = "all"
+DEFAULT_EPOCH_S = 300.0
+DEFAULT_SUBWINDOW_S = 10.0
+DEMAND_COLUMNS: tuple[str, ...] = (
+    "epoch",
+    "bucket",
+    "start_s",
+    "duration_s",
+    "count",
+    "mean_rps",
+    "peak_rps",
+    "input_tokens",
+    "output_tokens",
+)
+UNITS = {
+    "start_s": "s",
+    "duration_s": "s",
+    "count": "requests",
+    "mean_rps": "req/s",
+    "peak_rps": "req/s",
+    "input_tokens": "tokens",
+    "output_tokens": "tokens",
+}
+
+
+def _subwindows(epoch_s: float, subwindow_s: float) -> int:
+    if not (epoch_s > 0 and subwindow_s > 0):
+        raise InputError(f"epoch ({epoch_s}) and sub-window ({subwindow_s}) must be > 0", where="demand")
+    ratio = epoch_s / subwindow_s
+    n = round(ratio)
+    if n < 1 or abs(ratio - n) > 1e-9 * max(1.0, ratio):
+        raise InputError(
+            f"the epoch ({epoch_s:g} s) must be a whole number of sub-windows ({subwindow_s:g} s)",
+            where="demand",
+        )
+    return int(n)
+
+
+def epoch_demand(
+    trace: pd.DataFrame,
+    spec: BucketSpec | None,
+    epoch_s: float = DEFAULT_EPOCH_S,
+    subwindow_s: float = DEFAULT_SUBWINDOW_S,
+    horizon_s: float | None = None,
+    partial: Literal["keep", "drop"] = "keep",
+) -> pd.DataFrame:
+    """Long table of demand per (epoch, bucket); see the module docstring for every column.
+
+    ``trace`` is the canonical table of :func:`neuscale_opt.traces.loaders.load_trace`;
+    ``spec=None`` puts every request in one class named ``all`` (the aggregate demand). Vectorised:
+    one ``np.bincount`` per statistic over the flat index ``e * B + b`` (and ``(e * J + j) * B + b``
+    for the sub-window counts).
+    """
+    n_sub = _subwindows(epoch_s, subwindow_s)
+    names = bucket_names(spec) if spec is not None else [ALL]
+    nb = len(names)
+    t = trace["arrival_s"].to_numpy(np.float64)
+    t_max = float(t.max()) if len(t) else 0.0
+    if horizon_s is not None:
+        if not horizon_s > 0:
+            raise InputError(f"horizon must be > 0 s, got {horizon_s}", where="demand")
+        h = float(horizon_s)
+        n_ep = math.ceil(h / epoch_s - 1e-12)
+        keep = (t >= 0) & (t < h)
+    else:
+        h = max(float(trace.attrs.get("horizon_s", t_max)), t_max)
+        n_ep = max(math.ceil(h / epoch_s - 1e-12), math.floor(t_max / epoch_s) + 1 if len(t) else 1)
+        keep = t >= 0
+    if partial == "drop":
+        n_ep = math.floor(h / epoch_s + 1e-12)
+        h = n_ep * epoch_s
+        keep &= t < h
+        if n_ep == 0:
+            raise InputError(
+                f"the horizon ({h:g} s) is shorter than one epoch ({epoch_s:g} s)", where="demand"
+            )
+    n_ep = max(n_ep, 1)
+
+    t = t[keep]
+    codes = (bucket_codes(trace, spec) if spec is not None else np.zeros(len(keep), np.int64))[keep]
+    inp = trace["input_tokens"].to_numpy(np.int64)[keep]
+    out = trace["output_tokens"].to_numpy(np.int64)[keep]
+    e = np.minimum((t // epoch_s).astype(np.int64), n_ep - 1)
+    j = np.minimum(((t - e * epoch_s) // subwindow_s).astype(np.int64), n_sub - 1)
+
+    flat = e * nb + codes
+    size = n_ep * nb
+    count = np.bincount(flat, minlength=size)
+    in_sum = np.bincount(flat, weights=inp, minlength=size)
+    out_sum = np.bincount(flat, weights=out, minlength=size)
+    sub = np.bincount((e * n_sub + j) * nb + codes, minlength=n_ep * n_sub * nb).reshape(n_ep, n_sub, nb)
+    peak = sub.max(axis=1).reshape(-1) / subwindow_s
+
+    starts = np.arange(n_ep, dtype=np.float64) * epoch_s
+    dur = np.clip(h - starts, subwindow_s, epoch_s)
+    demand = pd.DataFrame(
+        {
+            "epoch": np.repeat(np.arange(n_ep, dtype=np.int64), nb),
+            "bucket": pd.Categorical(np.tile(names, n_ep), categories=names),
+            "start_s": np.repeat(starts, nb),
+            "duration_s": np.repeat(dur, nb),
+            "count": count.astype(np.int64),
+            "mean_rps": count / np.repeat(dur, nb),
+            "peak_rps": peak,
+            "input_tokens": np.rint(in_sum).astype(np.int64),
+            "output_tokens": np.rint(out_sum).astype(np.int64),
+        }
+    )
+    demand.attrs.update(
+        epoch_s=float(epoch_s),
+        subwindow_s=float(subwindow_s),
+        horizon_s=float(h),
+        rows=int(keep.sum()),
+        rows_outside_horizon=int((~keep).sum()),
+        bucket_kind=spec.kind if spec is not None else ALL,
+        source=trace.attrs.get("source"),
+        unit=dict(UNITS),
+    )
+    return demand
+
+
+def series_demand(
+    rates: pd.DataFrame,
+    epoch_s: float | None = None,
+    bucket: str = ALL,
+) -> pd.DataFrame:
+    """Demand table (same columns as :func:`epoch_demand`) from a rate series, one bucket.
+
+    ``epoch_s`` defaults to the series' window and must be a whole number ``k`` of windows. With
+    only window rates ``r_w`` known: ``mean_rps = mean_w r_w``, ``peak_rps = max_w r_w`` (the peak
+    at window resolution: sub-window bursts are not in the data), ``count = round(sum_w r_w x
+    window_s)``. Token sums are unknown and written as 0 (``attrs["tokens_known"] = False``); a
+    ``filled`` column is True where any window of the epoch was filled (missing in the source).
+    """
+    window = float(rates["window_s"].iloc[0])
+    epoch_s = window if epoch_s is None else float(epoch_s)
+    k = _subwindows(epoch_s, window)
+    n_ep = len(rates) // k
+    if n_ep == 0:
+        raise InputError(f"the series is shorter than one epoch ({epoch_s:g} s)", where="demand")
+    r = rates["rate_rps"].to_numpy(np.float64)[: n_ep * k].reshape(n_ep, k)
+    filled = rates["filled"].to_numpy(bool)[: n_ep * k].reshape(n_ep, k).any(axis=1)
+    demand = pd.DataFrame(
+        {
+            "epoch": np.arange(n_ep, dtype=np.int64),
+            "bucket": pd.Categorical([bucket] * n_ep, categories=[bucket]),
+            "start_s": np.arange(n_ep, dtype=np.float64) * epoch_s,
+            "duration_s": np.full(n_ep, epoch_s),
+            "count": np.rint(r.sum(axis=1) * window).astype(np.int64),
+            "mean_rps": r.mean(axis=1),
+            "peak_rps": r.max(axis=1),
+            "input_tokens": np.zeros(n_ep, dtype=np.int64),
+            "output_tokens": np.zeros(n_ep, dtype=np.int64),
+            "filled": filled,
+        }
+    )
+    demand.attrs.update(
+        epoch_s=epoch_s,
+        subwindow_s=window,
+        horizon_s=n_ep * epoch_s,
+        rows=None,
+        bucket_kind="series",
+        source=rates.attrs.get("source"),
+        series=rates.attrs.get("series"),
+        tokens_known=False,
+        unit=dict(UNITS),
+    )
+    return demand
+
+
+def demand_matrix(demand: pd.DataFrame, column: str = "peak_rps") -> pd.DataFrame:
+    """Wide view ``epoch x bucket`` of one column (buckets in category order)."""
+    wide = demand.pivot(index="epoch", columns="bucket", values=column)
+    wide.columns = [str(c) for c in wide.columns]
+    return wide

@@ -1,0 +1,123 @@
+"""Design-space exploration: enumeration, feasibility, Pareto fronts, coefficients."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from neuscale_opt.candidates import build_coefficients, candidates, parallelisms, pareto_mask, slice_shapes
+from neuscale_opt.catalog import get_chip, get_model
+from neuscale_opt.coefficients import CONFIG_COLUMNS, meets_slo
+from neuscale_opt.instance import load_instance, parse_instance
+
+INSTANCES = Path(__file__).resolve().parents[1] / "instances"
+
+
+@pytest.fixture(scope="module")
+def small():
+    inst = load_instance(INSTANCES / "small.toml")
+    return inst, candidates(inst)
+
+
+def test_slice_enumeration_follows_the_catalog():
+    assert slice_shapes(get_chip("tpu-v5e"), 16) == [(1, 1), (2, 2), (2, 4), (4, 4)]
+    v4 = slice_shapes(get_chip("tpu-v4"), 128)
+    assert (2, 2, 4) in v4 and (4, 4, 4) in v4 and (4, 4, 8) in v4 and (4, 8, 8) not in v4
+    assert all(np.prod(s) <= 128 for s in v4)
+
+
+def test_parallelisms_cover_tp_times_pp():
+    par = parallelisms(get_model("Llama-3-70B"), 16)
+    assert (16, 1, 1) in par and (1, 16, 1) in par and (4, 4, 1) in par
+    assert all(tp * pp == 16 for tp, pp, _ in par)
+    moe = parallelisms(get_model("Mixtral-8x7B"), 8)
+    assert (8, 1, 8) in moe and (8, 1, 1) in moe
+
+
+def test_memory_infeasible_configurations_are_never_offered():
+    text = (INSTANCES / "small.toml").read_text().replace('name = "Llama-3-8B"', 'name = "Llama-3-70B"', 1)
+    inst = parse_instance(tomllib.loads(text))
+    cs = candidates(inst)
+    t = cs.table
+    # 70B in bf16 (141 GB) cannot sit on fewer than 5 v5e (16 GiB) or 5 v6e (32 GiB) chips
+    m = get_model("Llama-3-70B")
+    hbm = t["chip"].map({"tpu-v5e": 16 * 2**30, "tpu-v6e": 32 * 2**30})
+    too_small = m.weight_bytes / t["chips_per_vpod"] > hbm
+    assert too_small.any()
+    assert not t.loc[too_small, "memory_ok"].any()
+    coeffs = build_coefficients(inst, cs)
+    assert (m.weight_bytes / coeffs.configs["chips_per_vpod"] <= 32 * 2**30).all()
+    assert set(coeffs.configs["config_id"]) <= set(t.loc[t["memory_ok"], "config_id"])
+
+
+def test_energy_is_at_least_static_power_times_time(small):
+    _, cs = small
+    t = cs.table
+    assert (t["energy_j_per_req"] >= t["static_power_w"] / t["max_rate_rps"] * (1 - 1e-12)).all()
+    assert (t["dyn_energy_j_per_req"] > 0).all()
+
+
+def test_colocated_rate_and_latencies_by_hand(small):
+    """R12: busy time per request = prefill stage + S_out decode stages / B."""
+    _, cs = small
+    t = cs.table.set_index("config_id")
+    co = t.loc["tpu-v6e:2x2:tp4pp1ep1:b16:colocated|short"]
+    pre = t.loc["tpu-v6e:2x2:tp4pp1ep1:b1:prefill|short"]
+    dec = t.loc["tpu-v6e:2x2:tp4pp1ep1:b16:decode|short"]
+    busy = pre["ttft_s"] + 128 * dec["tpot_s"] / 16
+    assert co["max_rate_rps"] == pytest.approx(1 / busy)
+    assert co["ttft_s"] == pytest.approx(pre["ttft_s"])
+    assert co["e2e_s"] == pytest.approx(co["ttft_s"] + 128 * co["tpot_s"])
+    assert co["tpot_s"] == pytest.approx(dec["tpot_s"] * (1 + 16 * pre["ttft_s"] / (128 * dec["tpot_s"])))
+    assert co["cost_usd_per_req"] == pytest.approx(4 * 2.70 / 3600 * busy)
+
+
+def test_pareto_front_equals_brute_force(small):
+    _, cs = small
+    f = cs.table[cs.table["feasible"]].reset_index(drop=True)
+    for metric in ("energy_j_per_req", "cost_usd_per_req"):
+        mask = pareto_mask(f, metric)
+        for (_b, _p), g in f.groupby(["bucket", "phase"]):
+            lat, val = g["latency_s"].to_numpy(), g[metric].to_numpy()
+            for i, idx in enumerate(g.index):
+                dominated = np.any(
+                    ((lat <= lat[i]) & (val < val[i])) | ((lat < lat[i]) & (val <= val[i]))
+                )
+                if dominated:
+                    assert not mask[idx]
+                else:
+                    # undominated: on the front unless an identical point came first
+                    same = (lat == lat[i]) & (val == val[i])
+                    first = g.index[same][0]
+                    assert mask[idx] == (idx == first)
+
+
+def test_slo_targets_are_five_times_the_reference(small):
+    inst, cs = small
+    b = cs.buckets.set_index("bucket")
+    assert "tpu-v5p:2x2x1:tp4" in cs.slo_note
+    assert (b["ttft_slo_s"] > 0).all() and b["e2e_slo_s"].isna().all()
+    t = cs.table
+    assert (t["slo_ok"] == meets_slo(t, cs.buckets)).all()
+    assert not t.loc[(t["phase"] == "decode") & (t["tpot_s"] > t["bucket"].map(b["tpot_slo_s"])), "slo_ok"].any()
+
+
+def test_coefficients_hold_only_feasible_colocated_rows(small):
+    inst, cs = small
+    c = build_coefficients(inst, cs)
+    assert set(CONFIG_COLUMNS) <= set(c.configs.columns)
+    assert (c.configs["phase"] == "colocated").all()
+    assert c.configs["config_id"].is_unique
+    assert c.inventory() == {"tpu-v5e": 16.0, "tpu-v6e": 8.0}
+    assert list(c.demand.columns) == ["epoch", "bucket", "rate_rps"]
+    assert pd.api.types.is_integer_dtype(c.demand["epoch"])
+
+
+def test_candidates_are_deterministic(small):
+    inst, cs = small
+    again = candidates(inst).table
+    pd.testing.assert_frame_equal(cs.table, again)
