@@ -347,7 +347,9 @@ def evaluate_grid(
     bucket_names = np.array([f"|{b}" for b in buckets["bucket"]], dtype=object)
     cols["vpod_type"] = vt
     cols["config_id"] = vt + bucket_names[np.tile(b_idx, nf)]
-    df = pd.DataFrame(cols)
+    # Text columns stay numpy object arrays: converting 10^5 strings to Arrow costs more than the
+    # roofline itself, and object columns compare and group the same.
+    df = pd.DataFrame({k: (pd.Series(v, dtype=object) if v.dtype == object else v) for k, v in cols.items()})
     return df
 
 

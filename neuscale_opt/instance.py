@@ -196,6 +196,19 @@ class Slo(_Frozen):
     def _check(self) -> Slo:
         if self.reference_chip not in load_chips():
             raise ValueError(f"reference_chip {self.reference_chip!r} unknown; known: {', '.join(load_chips())}")
+        if self.reference_shape is not None:
+            chip = load_chips()[self.reference_chip]
+            try:
+                dims = tuple(sorted(int(x) for x in self.reference_shape.lower().split("x")))
+            except ValueError:
+                raise ValueError(f"reference_shape {self.reference_shape!r} is not AxB or AxBxC") from None
+            allowed = {tuple(sorted(int(x) for x in s.split("x"))) for s in chip.slice_shapes if s != "cubes"}
+            cube_ok = "cubes" in chip.slice_shapes and len(dims) == 3 and all(d % 4 == 0 for d in dims)
+            if dims not in allowed and not cube_ok:
+                raise ValueError(
+                    f"reference_shape {self.reference_shape} is not allowed on {chip.name}; "
+                    f"allowed: {' '.join(chip.slice_shapes)}"
+                )
         if self.mode == "absolute" and all(v is None for v in (self.ttft_s, self.tpot_s, self.e2e_s)):
             raise ValueError("mode 'absolute' needs at least one of ttft_s, tpot_s, e2e_s")
         if not self.metrics:
