@@ -72,7 +72,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{'instance':<12} {'points':>9} {'feasible':>9} {'grid s':>8} {'grid pts/s':>12} {'e2e s':>8} {'e2e pts/s':>12}")
+    head = ("instance", "points", "feasible", "grid s", "grid pts/s", "e2e s", "e2e pts/s")
+    print(f"{head[0]:<12} {head[1]:>9} {head[2]:>9} {head[3]:>8} {head[4]:>12} {head[5]:>8} {head[6]:>12}")
     for r in rows:
         print(
             f"{r['instance']:<12} {r['points']:>9} {r['feasible']:>9} {r['grid_seconds']:>8.4f} "

@@ -201,7 +201,14 @@ def evaluate_grid(
     kinds_sorted = [k for c in order for k in kinds if k.chip == c]
     kf = pd.concat([kf[kf["chip"] == c] for c in order], ignore_index=True)
     hw_k = stack_hw(
-        [replace(ctxs[c].hw, coll_bw=kf.loc[kf["chip"] == c, "coll_bw"].to_numpy(), a2a_dist=kf.loc[kf["chip"] == c, "a2a_dist"].to_numpy()) for c in order],
+        [
+            replace(
+                ctxs[c].hw,
+                coll_bw=kf.loc[kf["chip"] == c, "coll_bw"].to_numpy(),
+                a2a_dist=kf.loc[kf["chip"] == c, "a2a_dist"].to_numpy(),
+            )
+            for c in order
+        ],
         counts,
     )
     # index grid: kind (k) x bucket (b) x batch (B)
@@ -213,7 +220,9 @@ def evaluate_grid(
     b1 = np.tile(np.arange(nb), nk)
 
     def take(hw: HwRows, idx: np.ndarray) -> HwRows:
-        return HwRows(**{f: np.asarray(getattr(hw, f))[idx] for f in HwRows.__dataclass_fields__ if f != "hop_s"}, hop_s=hw.hop_s)
+        return HwRows(
+            **{f: np.asarray(getattr(hw, f))[idx] for f in HwRows.__dataclass_fields__ if f != "hop_s"}, hop_s=hw.hop_s
+        )
 
     s_in = buckets["input_tokens"].to_numpy(dtype=float)
     s_out = buckets["output_tokens"].to_numpy(dtype=float)
@@ -226,7 +235,14 @@ def evaluate_grid(
     want = set(phases)
     if "colocated" in want or "decode" in want:
         dec = step_cost(
-            model, hw_g, tp[k_idx], pp[k_idx], ep[k_idx], B, 1.0, s_in[b_idx] + s_out[b_idx] / 2.0,
+            model,
+            hw_g,
+            tp[k_idx],
+            pp[k_idx],
+            ep[k_idx],
+            B,
+            1.0,
+            s_in[b_idx] + s_out[b_idx] / 2.0,
             mem_context=s_in[b_idx] + s_out[b_idx],
         )
     if "prefill" in want:
@@ -577,5 +593,10 @@ def build_coefficients(inst: Instance, cset: CandidateSet | None = None) -> Coef
         carbon_kg_per_kwh=inst.energy.carbon_kg_per_kwh,
         util_cap=inst.planning.util_cap,
         source="roofline",
-        meta={"instance": inst.name, "model": cset.model.name, "slo": cset.slo_note, "energy_profile": inst.energy.profile},
+        meta={
+            "instance": inst.name,
+            "model": cset.model.name,
+            "slo": cset.slo_note,
+            "energy_profile": inst.energy.profile,
+        },
     )

@@ -7,5 +7,6 @@ command group means adding its ``register`` here; ``neuscale_opt.cli`` never cha
 from __future__ import annotations
 
 from neuscale_opt import commands_core
+from neuscale_opt.traces import cli as traces_cli
 
-REGISTRARS = [commands_core.register]
+REGISTRARS = [commands_core.register, traces_cli.register]

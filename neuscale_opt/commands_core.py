@@ -105,8 +105,7 @@ def cmd_candidates(args: argparse.Namespace) -> int:
                 "evaluated": int(len(t)),
                 "feasible": int(t["feasible"].sum()),
                 "rooflines": [
-                    chip_rooflines(get_chip(c), energy_spec(get_chip(c), inst.energy.profile))
-                    for c in inst.chip_names
+                    chip_rooflines(get_chip(c), energy_spec(get_chip(c), inst.energy.profile)) for c in inst.chip_names
                 ],
                 "candidates": shown.to_dict("records"),
             },
@@ -123,10 +122,26 @@ def _print_summary(name: str, cs, shown: pd.DataFrame) -> None:
     t = cs.table
     out = sys.stdout
     out.write(f"instance {name}: {cs.model.name}; SLO {cs.slo_note}\n")
-    out.write(f"{len(t)} candidates evaluated, {int(t['memory_ok'].sum())} fit in memory, "
-              f"{int(t['feasible'].sum())} also meet the SLO; Pareto-optimal shown: {len(shown)}\n\n")
-    cols = ["bucket", "phase", "chip", "shape", "tp", "pp", "batch", "ttft_s", "tpot_s", "e2e_s",
-            "max_rate_rps", "energy_j_per_req", "cost_usd_per_req", "bound"]
+    out.write(
+        f"{len(t)} candidates evaluated, {int(t['memory_ok'].sum())} fit in memory, "
+        f"{int(t['feasible'].sum())} also meet the SLO; Pareto-optimal shown: {len(shown)}\n\n"
+    )
+    cols = [
+        "bucket",
+        "phase",
+        "chip",
+        "shape",
+        "tp",
+        "pp",
+        "batch",
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "max_rate_rps",
+        "energy_j_per_req",
+        "cost_usd_per_req",
+        "bound",
+    ]
     with pd.option_context("display.width", 200, "display.max_rows", 400, "display.float_format", "{:.4g}".format):
         out.write(shown[cols].to_string(index=False) + "\n")
 
@@ -170,8 +185,17 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         sc = step_cost(model, hw, tp, args.pp, args.ep, B, float(args.seq_len), 0.0)
         tokens = B * args.seq_len
     else:
-        sc = step_cost(model, hw, tp, args.pp, args.ep, B, 1.0, float(args.seq_len),
-                       mem_context=float(args.seq_len + args.output_len))
+        sc = step_cost(
+            model,
+            hw,
+            tp,
+            args.pp,
+            args.ep,
+            B,
+            1.0,
+            float(args.seq_len),
+            mem_context=float(args.seq_len + args.output_len),
+        )
         tokens = B
     latency = float(sc.latency_s)
     static_j = es.static_w * args.chips * latency
@@ -213,4 +237,3 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 def cmd_catalog(args: argparse.Namespace) -> int:
     write_csv(catalog_frames()[args.table], args.csv)
     return 0
-

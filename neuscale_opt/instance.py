@@ -329,8 +329,7 @@ class Instance(_Frozen):
         d["derived"] = {
             "healthy_chips": self.healthy_chips(),
             "total_chips": {
-                f.chip: (f.chips if f.chips is not None else sum(math.prod(p.dims) for p in f.pods))
-                for f in self.fleet
+                f.chip: (f.chips if f.chips is not None else sum(math.prod(p.dims) for p in f.pods)) for f in self.fleet
             },
             "failed_chips": {f.chip: sum(len(p.failed_chips) for p in f.pods) for f in self.fleet},
             "path": str(self._path) if self._path else None,

@@ -90,7 +90,10 @@ def stack_hw(rows: list[HwRows], counts: list[int]) -> HwRows:
 
     def cat(name: str) -> np.ndarray:
         return np.concatenate(
-            [np.broadcast_to(np.asarray(getattr(r, name), dtype=float), (n,)) for r, n in zip(rows, counts, strict=True)]
+            [
+                np.broadcast_to(np.asarray(getattr(r, name), dtype=float), (n,))
+                for r, n in zip(rows, counts, strict=True)
+            ]
         )
 
     fields = [f for f in HwRows.__dataclass_fields__ if f != "hop_s"]
@@ -170,7 +173,15 @@ def step_cost(
     ar_bytes_chip = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0) * v_ar
     with np.errstate(divide="ignore", invalid="ignore"):
         t_ar = np.where(tp > 1, np.maximum(hw.hop_s * tp, ar_bytes_chip / (hw.coll_bw * hw.eff_i)), 0.0)
-        a2a_bytes_chip = 2.0 * (tokens / np.maximum(ep, 1.0)) * m.experts_per_token * D * ACT_BYTES * (ep - 1.0) / np.maximum(ep, 1.0)
+        a2a_bytes_chip = (
+            2.0
+            * (tokens / np.maximum(ep, 1.0))
+            * m.experts_per_token
+            * D
+            * ACT_BYTES
+            * (ep - 1.0)
+            / np.maximum(ep, 1.0)
+        )
         n_a2a = np.where(use_a2a, n_moe / pp, 0.0)
         t_a2a = np.where(
             use_a2a, np.maximum(hw.hop_s * ep / 2.0, a2a_bytes_chip * hw.a2a_dist / (hw.coll_bw * hw.eff_i)), 0.0

@@ -84,9 +84,7 @@ def test_pareto_front_equals_brute_force(small):
         for (_b, _p), g in f.groupby(["bucket", "phase"]):
             lat, val = g["latency_s"].to_numpy(), g[metric].to_numpy()
             for i, idx in enumerate(g.index):
-                dominated = np.any(
-                    ((lat <= lat[i]) & (val < val[i])) | ((lat < lat[i]) & (val <= val[i]))
-                )
+                dominated = np.any(((lat <= lat[i]) & (val < val[i])) | ((lat < lat[i]) & (val <= val[i])))
                 if dominated:
                     assert not mask[idx]
                 else:

@@ -78,7 +78,12 @@ def test_kv_bytes_per_token_match_the_hardware_notes():
 
 
 def test_neuscale_profile_uses_the_papers_efficiencies():
-    for chip, tflop_j, gb_j in (("tpu-v4", 1.07, 11.06), ("tpu-v5e", 0.72, 6.94), ("tpu-v5p", 1.16, 18.51), ("tpu-v6e", 3.50, 13.52)):
+    for chip, tflop_j, gb_j in (
+        ("tpu-v4", 1.07, 11.06),
+        ("tpu-v5e", 0.72, 6.94),
+        ("tpu-v5p", 1.16, 18.51),
+        ("tpu-v6e", 3.50, 13.52),
+    ):
         e = energy_spec(get_chip(chip), "neuscale")
         assert e.profile == "neuscale"
         assert 1 / e.j_per_flop == pytest.approx(tflop_j * 1e12)

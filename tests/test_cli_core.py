@@ -20,13 +20,36 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 def test_roofline_json_has_the_contract_fields(capsys):
     code, out, err = run(
-        capsys, "roofline", "--model", "Llama-3-8B", "--chip", "tpu-v5p", "--chips", "1",
-        "--phase", "decode", "--seq-len", "1", "--batch", "1", "--json", "-",
+        capsys,
+        "roofline",
+        "--model",
+        "Llama-3-8B",
+        "--chip",
+        "tpu-v5p",
+        "--chips",
+        "1",
+        "--phase",
+        "decode",
+        "--seq-len",
+        "1",
+        "--batch",
+        "1",
+        "--json",
+        "-",
     )
     assert code == 0, err
     d = json.loads(out)
-    for key in ("latency_s", "throughput_tokens_s", "energy_j", "cost_usd", "bound", "memory_ok",
-                "flops", "hbm_bytes", "ici_bytes"):
+    for key in (
+        "latency_s",
+        "throughput_tokens_s",
+        "energy_j",
+        "cost_usd",
+        "bound",
+        "memory_ok",
+        "flops",
+        "hbm_bytes",
+        "ici_bytes",
+    ):
         assert key in d
     assert d["bound"] == "hbm" and d["memory_ok"] is True
     assert d["latency_s"] == pytest.approx(5.43e-3, rel=0.01)
@@ -38,8 +61,20 @@ def test_roofline_json_has_the_contract_fields(capsys):
 
 def test_roofline_memory_infeasible_is_reported(capsys):
     code, out, _ = run(
-        capsys, "roofline", "--model", "Llama-3-70B", "--chip", "tpu-v5p", "--chips", "1",
-        "--phase", "decode", "--seq-len", "128", "--batch", "1",
+        capsys,
+        "roofline",
+        "--model",
+        "Llama-3-70B",
+        "--chip",
+        "tpu-v5p",
+        "--chips",
+        "1",
+        "--phase",
+        "decode",
+        "--seq-len",
+        "128",
+        "--batch",
+        "1",
     )
     assert code == 0 and json.loads(out)["memory_ok"] is False
 
@@ -47,14 +82,80 @@ def test_roofline_memory_infeasible_is_reported(capsys):
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["roofline", "--model", "GPT-9", "--chip", "tpu-v5p", "--chips", "1", "--phase", "decode",
-          "--seq-len", "1", "--batch", "1"], "known models: Llama-3-8B"),
-        (["roofline", "--model", "Llama-3-8B", "--chip", "tpu-v9", "--chips", "1", "--phase", "decode",
-          "--seq-len", "1", "--batch", "1"], "known chips: tpu-v4"),
-        (["roofline", "--model", "Llama-3-8B", "--chip", "tpu-v5e", "--chips", "12", "--shape", "3x4",
-          "--phase", "decode", "--seq-len", "1", "--batch", "1"], "--shape: shape 3x4 is not allowed"),
-        (["roofline", "--model", "Llama-3-8B", "--chip", "tpu-v5e", "--chips", "4", "--phase", "decode",
-          "--seq-len", "1", "--batch", "0"], "--batch: must be > 0"),
+        (
+            [
+                "roofline",
+                "--model",
+                "GPT-9",
+                "--chip",
+                "tpu-v5p",
+                "--chips",
+                "1",
+                "--phase",
+                "decode",
+                "--seq-len",
+                "1",
+                "--batch",
+                "1",
+            ],
+            "known models: Llama-3-8B",
+        ),
+        (
+            [
+                "roofline",
+                "--model",
+                "Llama-3-8B",
+                "--chip",
+                "tpu-v9",
+                "--chips",
+                "1",
+                "--phase",
+                "decode",
+                "--seq-len",
+                "1",
+                "--batch",
+                "1",
+            ],
+            "known chips: tpu-v4",
+        ),
+        (
+            [
+                "roofline",
+                "--model",
+                "Llama-3-8B",
+                "--chip",
+                "tpu-v5e",
+                "--chips",
+                "12",
+                "--shape",
+                "3x4",
+                "--phase",
+                "decode",
+                "--seq-len",
+                "1",
+                "--batch",
+                "1",
+            ],
+            "--shape: shape 3x4 is not allowed",
+        ),
+        (
+            [
+                "roofline",
+                "--model",
+                "Llama-3-8B",
+                "--chip",
+                "tpu-v5e",
+                "--chips",
+                "4",
+                "--phase",
+                "decode",
+                "--seq-len",
+                "1",
+                "--batch",
+                "0",
+            ],
+            "--batch: must be > 0",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):

@@ -70,9 +70,9 @@ def test_normalised_instance_reports_healthy_chips():
         (lambda s: s.replace("input_tokens = 100", "input_tokens = 0"), "workload.classes[0].input_tokens"),
         (lambda s: s.replace('bucket = "a"', 'bucket = "zz"'), "workload"),
         (lambda s: s.replace("rate_rps = 1.0", "rate_rps = -1.0"), "workload.demand[0].rate_rps"),
-        (lambda s: s + "\n[slo]\nreference_chip = \"tpu-v1\"\n", "slo"),
-        (lambda s: s + "\n[energy]\nprofile = \"solar\"\n", "energy"),
-        (lambda s: s + "\n[slo]\nreference_chip = \"tpu-v5e\"\nreference_shape = \"3x3\"\n", "not allowed on tpu-v5e"),
+        (lambda s: s + '\n[slo]\nreference_chip = "tpu-v1"\n', "slo"),
+        (lambda s: s + '\n[energy]\nprofile = "solar"\n', "energy"),
+        (lambda s: s + '\n[slo]\nreference_chip = "tpu-v5e"\nreference_shape = "3x3"\n', "not allowed on tpu-v5e"),
         (lambda s: s + "\n[search]\nbatch_sizes = [0, 1]\n", "search"),
     ],
 )

@@ -92,8 +92,13 @@ chips_st = st.sampled_from([1, 2, 4, 8, 16, 32, 64])
 
 
 @settings(max_examples=60, deadline=None)
-@given(tp=chips_st, pp=st.sampled_from([1, 2, 4]), b=st.integers(1, 256), ctx=st.integers(1, 8000),
-       model=st.sampled_from(["Llama-3-8B", "Llama-3-70B", "Mixtral-8x7B", "Qwen3-32B"]))
+@given(
+    tp=chips_st,
+    pp=st.sampled_from([1, 2, 4]),
+    b=st.integers(1, 256),
+    ctx=st.integers(1, 8000),
+    model=st.sampled_from(["Llama-3-8B", "Llama-3-70B", "Mixtral-8x7B", "Qwen3-32B"]),
+)
 def test_more_chips_never_increase_the_compute_roof(tp, pp, b, ctx, model):
     m = get_model(model)
     h = hw("tpu-v5p")
@@ -103,9 +108,13 @@ def test_more_chips_never_increase_the_compute_roof(tp, pp, b, ctx, model):
 
 
 @settings(max_examples=60, deadline=None)
-@given(b=st.integers(1, 512), ctx=st.integers(1, 30000), extra=st.integers(1, 30000),
-       model=st.sampled_from(["Llama-3-8B", "Llama-3-70B", "DeepSeek-V3-671B", "Mixtral-8x7B"]),
-       chip=st.sampled_from(["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "nvidia-h100"]))
+@given(
+    b=st.integers(1, 512),
+    ctx=st.integers(1, 30000),
+    extra=st.integers(1, 30000),
+    model=st.sampled_from(["Llama-3-8B", "Llama-3-70B", "DeepSeek-V3-671B", "Mixtral-8x7B"]),
+    chip=st.sampled_from(["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "nvidia-h100"]),
+)
 def test_latency_grows_with_context(b, ctx, extra, model, chip):
     m = get_model(model)
     h = hw(chip, (2, 2) if chip in ("tpu-v5e", "tpu-v6e") else (2, 2, 1), 4)

@@ -60,9 +60,7 @@ DEFAULT_INPUT_EDGES: tuple[int, ...] = (256, 1024, 4096, 16384)
 DEFAULT_OUTPUT_EDGES: tuple[int, ...] = (64, 256, 1024)
 
 DEFAULT_BUCKETS = BucketSpec(kind="total", edges=DEFAULT_TOTAL_EDGES)
-DEFAULT_BUCKETS_2D = BucketSpec(
-    kind="input_output", input_edges=DEFAULT_INPUT_EDGES, output_edges=DEFAULT_OUTPUT_EDGES
-)
+DEFAULT_BUCKETS_2D = BucketSpec(kind="input_output", input_edges=DEFAULT_INPUT_EDGES, output_edges=DEFAULT_OUTPUT_EDGES)
 
 _QUANTILE = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 

@@ -66,9 +66,7 @@ def _add_trace_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--time-unit", choices=("s", "ms", "datetime"), default="s", help="generic arrival unit")
     p.add_argument("--series", help="series of a rate-series file (ServeGen: the model, e.g. m-large)")
-    p.add_argument(
-        "--start", type=float, default=0.0, metavar="S", help="horizon start, s after first arrival"
-    )
+    p.add_argument("--start", type=float, default=0.0, metavar="S", help="horizon start, s after first arrival")
     p.add_argument("--duration", type=float, default=None, metavar="S", help="horizon length in s")
     p.add_argument(
         "--buckets",
@@ -93,9 +91,7 @@ def _add_trace_options(p: argparse.ArgumentParser) -> None:
         default="mean",
         help="representative length of a bucket (default: mean)",
     )
-    p.add_argument(
-        "--epoch", type=float, default=DEFAULT_EPOCH_S, metavar="S", help="epoch length, s (default 300)"
-    )
+    p.add_argument("--epoch", type=float, default=DEFAULT_EPOCH_S, metavar="S", help="epoch length, s (default 300)")
     p.add_argument(
         "--subwindow",
         type=float,
@@ -110,9 +106,7 @@ def _bucket_spec(args: argparse.Namespace) -> BucketSpec | None:
         return None
     try:
         if args.buckets == "total":
-            return BucketSpec(
-                kind="total", edges=args.edges or DEFAULT_TOTAL_EDGES, representative=args.representative
-            )
+            return BucketSpec(kind="total", edges=args.edges or DEFAULT_TOTAL_EDGES, representative=args.representative)
         return BucketSpec(
             kind="input_output",
             input_edges=args.input_edges or DEFAULT_INPUT_EDGES,
@@ -130,9 +124,7 @@ def _column_map(args: argparse.Namespace) -> ColumnMap | None:
     names = [c.strip() for c in args.columns.split(",")]
     if len(names) != 3 or not all(names):
         raise InputError("give three column names: ARRIVAL,INPUT,OUTPUT", where="--columns")
-    return ColumnMap(
-        arrival=names[0], input_tokens=names[1], output_tokens=names[2], time_unit=args.time_unit
-    )
+    return ColumnMap(arrival=names[0], input_tokens=names[1], output_tokens=names[2], time_unit=args.time_unit)
 
 
 def _format_of(args: argparse.Namespace) -> str:
@@ -244,6 +236,10 @@ def trace_stats(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _num(v: float | None, fmt: str) -> str:
+    return "n/a" if v is None or v != v else format(v, fmt)
+
+
 def _stats_text(s: dict[str, Any]) -> str:
     lines = [f"trace          {s['source']} ({s['format']})"]
     if s["format"] == "rate-series":
@@ -258,7 +254,7 @@ def _stats_text(s: dict[str, Any]) -> str:
     else:
         lines += [
             f"rows           {s['rows']}",
-            f"span           {s['span_s']:.1f} s   rate {s['rate_rps']:.3f} req/s"
+            f"span           {s['span_s']:.1f} s   rate {_num(s['rate_rps'], '.3f')} req/s"
             f"   peak {s['peak_rps']:.1f} req/s ({s['subwindow_s']:g}-s sub-windows)",
         ]
         for key in ("input_tokens", "output_tokens"):
@@ -379,9 +375,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Summarise a request trace (or rate series): the trace-to-workload-distribution tool.",
     )
     _add_trace_options(p)
-    p.add_argument(
-        "--json", nargs="?", const="-", default=None, metavar="PATH", help="JSON to PATH or stdout (-)"
-    )
+    p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH", help="JSON to PATH or stdout (-)")
     p.set_defaults(func=_cmd_trace_stats)
 
     f = sub.add_parser(
@@ -393,18 +387,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.set_defaults(epoch=None)
     f.add_argument("--method", required=True, choices=list(METHODS), help="forecaster")
     f.add_argument("--steps", type=int, default=1, help="future epochs to forecast (default 1)")
-    f.add_argument(
-        "--target", choices=("peak_rps", "mean_rps"), default="peak_rps", help="series to forecast"
-    )
+    f.add_argument("--target", choices=("peak_rps", "mean_rps"), default="peak_rps", help="series to forecast")
     f.add_argument("--window", type=float, metavar="S", help="last-peak / quantile window, s (default 1800)")
     f.add_argument("--alpha", type=float, help="ewma smoothing factor (default 2/7)")
     f.add_argument("--period", type=float, metavar="S", help="seasonal-naive period, s (default 86400)")
     f.add_argument("--q", type=float, help="quantile level (default 0.9)")
     f.add_argument("--backtest", action="store_true", help="score one-step forecasts against the actual")
     f.add_argument("--score-from", type=int, default=None, metavar="EPOCH", help="score epochs >= EPOCH only")
-    f.add_argument(
-        "--json", default=None, metavar="PATH", help="JSON (meta, forecast, backtest) to PATH or -"
-    )
+    f.add_argument("--json", default=None, metavar="PATH", help="JSON (meta, forecast, backtest) to PATH or -")
     f.add_argument("--csv", default=None, metavar="PATH", help="forecast table as CSV to PATH or -")
     f.add_argument(
         "--synthetic-tokens",
@@ -413,7 +403,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     f.add_argument("--seed", type=int, default=0, help="seed of the synthetic composition (default 0)")
     f.add_argument("--days", type=float, default=None, help="days of the rate series to use (default all)")
-    f.add_argument(
-        "--mean-rps", type=float, default=None, help="mean rate of the composition (default TRACE2's)"
-    )
+    f.add_argument("--mean-rps", type=float, default=None, help="mean rate of the composition (default TRACE2's)")
     f.set_defaults(func=_cmd_forecast)

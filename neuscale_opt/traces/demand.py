@@ -112,9 +112,7 @@ def epoch_demand(
         h = n_ep * epoch_s
         keep &= t < h
         if n_ep == 0:
-            raise InputError(
-                f"the horizon ({h:g} s) is shorter than one epoch ({epoch_s:g} s)", where="demand"
-            )
+            raise InputError(f"the horizon ({h:g} s) is shorter than one epoch ({epoch_s:g} s)", where="demand")
     n_ep = max(n_ep, 1)
 
     t = t[keep]

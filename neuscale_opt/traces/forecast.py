@@ -131,14 +131,10 @@ def _oracle(x: pd.DataFrame, steps: int, epoch_s: float, p: Mapping[str, float])
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        Method(
-            "last-peak", "FC1", _last_peak, {"window_s": 1800.0}, summary="peak of the last window (NeuScale)"
-        ),
+        Method("last-peak", "FC1", _last_peak, {"window_s": 1800.0}, summary="peak of the last window (NeuScale)"),
         Method("ewma", "FC2", _ewma, {"alpha": 2.0 / 7.0}, summary="exponentially weighted moving average"),
         Method("seasonal-naive", "FC3", _seasonal_naive, {"period_s": 86400.0}, summary="one period earlier"),
-        Method(
-            "quantile", "FC4", _quantile, {"q": 0.9, "window_s": 1800.0}, summary="quantile of the window"
-        ),
+        Method("quantile", "FC4", _quantile, {"q": 0.9, "window_s": 1800.0}, summary="quantile of the window"),
         Method("oracle", "FC5", _oracle, {}, reads_future=True, summary="the actual future (upper bound)"),
     )
 }
@@ -197,11 +193,7 @@ def forecast(
     f = m.kernel(x.rename_axis("epoch"), steps, ep, p)
     actual = _extend(x, steps)
     buckets = list(x.columns)
-    cats = (
-        demand["bucket"].cat.categories
-        if isinstance(demand["bucket"].dtype, pd.CategoricalDtype)
-        else buckets
-    )
+    cats = demand["bucket"].cat.categories if isinstance(demand["bucket"].dtype, pd.CategoricalDtype) else buckets
     fv = f.to_numpy(np.float64)
     out = pd.DataFrame(
         {
@@ -214,9 +206,7 @@ def forecast(
             "method": method,
         }
     )
-    out.attrs.update(
-        method=method, method_id=m.id, params=p, target=target, epoch_s=ep, unit={"rate_rps": "req/s"}
-    )
+    out.attrs.update(method=method, method_id=m.id, params=p, target=target, epoch_s=ep, unit={"rate_rps": "req/s"})
     for key in ("source", "series", "synthetic", "label"):
         if key in demand.attrs:
             out.attrs[key] = demand.attrs[key]
@@ -314,9 +304,7 @@ def backtest(
         if (a > 0).any():
             used.append(str(b))
     pooled = sub[sub["bucket"].astype(str).isin(used)]
-    rows.append(
-        {"bucket": POOLED, **_metrics(pooled["rate_rps"].to_numpy(), pooled["actual_rps"].to_numpy())}
-    )
+    rows.append({"bucket": POOLED, **_metrics(pooled["rate_rps"].to_numpy(), pooled["actual_rps"].to_numpy())})
     table = pd.DataFrame(rows, columns=list(BACKTEST_COLUMNS))
     table["n_epochs"] = table["n_epochs"].astype(np.int64)
     table.attrs.update(fc.attrs)

@@ -153,13 +153,13 @@ def _read_jsonl(raw: bytes, where: str) -> pd.DataFrame:
     return df
 
 
-def _read_csv(raw: bytes, where: str, usecols: list[str] | None = None) -> pd.DataFrame:
+def _read_csv(raw: bytes, where: str) -> pd.DataFrame:
     """Fast pyarrow read; on a parse error re-read with the C parser to report the bad line."""
     try:
-        df = pd.read_csv(io.BytesIO(raw), engine="pyarrow", usecols=usecols)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid; translated below
+        df = pd.read_csv(io.BytesIO(raw), engine="pyarrow")
+    except (ValueError, OSError):  # pyarrow's ArrowInvalid is a ValueError; re-read to locate it
         try:
-            df = pd.read_csv(io.BytesIO(raw), engine="c", usecols=usecols, low_memory=False)
+            df = pd.read_csv(io.BytesIO(raw), engine="c", low_memory=False)
         except pd.errors.EmptyDataError:
             raise InputError("row 0, column -: empty file", where=where) from None
         except pd.errors.ParserError as exc2:
@@ -169,7 +169,6 @@ def _read_csv(raw: bytes, where: str, usecols: list[str] | None = None) -> pd.Da
             raise InputError(f"row {row}, column -: malformed CSV ({msg})", where=where) from None
         except (ValueError, UnicodeDecodeError) as exc2:
             raise InputError(f"row -, column -: unreadable CSV ({exc2})", where=where) from None
-        del exc
     if df.empty:
         raise InputError("row 0, column -: header only, no data rows", where=where)
     return df
@@ -212,9 +211,7 @@ def detect_format(raw_or_path: bytes | str | Path, where: str | None = None) -> 
     if best is not None:
         _, fmt, missing = best
         want = " or ".join(repr(n) for n in missing[0])
-        raise InputError(
-            f"row 0 (header), column {want}: missing for format {fmt} (found {sorted(cols)})", where=where
-        )
+        raise InputError(f"row 0 (header), column {want}: missing for format {fmt} (found {sorted(cols)})", where=where)
     raise InputError(
         f"row 0 (header), column -: cannot detect the trace format from header {sorted(cols)}; "
         "expected azure (TIMESTAMP, ContextTokens, GeneratedTokens), "
@@ -233,9 +230,7 @@ def _require(df: pd.DataFrame, names: tuple[str, ...], where: str) -> str:
         if n in df.columns:
             return n
     want = " or ".join(repr(n) for n in names)
-    raise InputError(
-        f"row 0 (header), column {want}: missing (found {list(map(str, df.columns))})", where=where
-    )
+    raise InputError(f"row 0 (header), column {want}: missing (found {list(map(str, df.columns))})", where=where)
 
 
 def _row_of(mask: np.ndarray) -> int:
@@ -264,9 +259,7 @@ def _tokens(col: pd.Series, name: str, where: str) -> np.ndarray:
         frac = num != np.floor(num)
         if frac.any():
             r = _row_of(frac)
-            raise InputError(
-                f"row {r}, column {name!r}: token count {num[r - 1]!r} is not an integer", where=where
-            )
+            raise InputError(f"row {r}, column {name!r}: token count {num[r - 1]!r} is not an integer", where=where)
         values = num.astype(np.int64)
     neg = values < 0
     if neg.any():
@@ -289,9 +282,7 @@ def _arrivals(col: pd.Series, name: str, unit: str, fmt: str | None, where: str)
         bad = ts.isna().to_numpy()
         if bad.any():
             r = _row_of(bad)
-            raise InputError(
-                f"row {r}, column {name!r}: unparseable timestamp {col.iloc[r - 1]!r}", where=where
-            )
+            raise InputError(f"row {r}, column {name!r}: unparseable timestamp {col.iloc[r - 1]!r}", where=where)
         ns = ts.to_numpy(dtype="datetime64[ns]").astype(np.int64)
         return (ns - ns.min()).astype(np.float64) / 1e9
     num = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
@@ -469,9 +460,7 @@ def load_rate_series(
         names = [str(s) for s in pd.unique(df[key].astype(str))]
         if series is None:
             if len(names) > 1:
-                raise InputError(
-                    f"column {key!r}: several series {names}; choose one with --series", where=where
-                )
+                raise InputError(f"column {key!r}: several series {names}; choose one with --series", where=where)
             series = names[0]
         sel = (df[key].astype(str) == series).to_numpy()
         if not sel.any():
@@ -495,9 +484,7 @@ def load_rate_series(
     if "window_s" in df.columns:
         ws = pd.to_numeric(df["window_s"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
         if not np.all(np.isfinite(ws)) or np.any(ws <= 0) or np.ptp(ws) > 1e-9:
-            raise InputError(
-                "column 'window_s': must be one positive window length for the series", where=where
-            )
+            raise InputError("column 'window_s': must be one positive window length for the series", where=where)
         window = float(ws[0])
     elif len(start) > 1:
         window = float(np.min(np.diff(start)))

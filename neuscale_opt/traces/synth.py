@@ -71,9 +71,7 @@ def compose_trace(
     if days is not None:
         n_w = int(round(days * 86400.0 / window))
         if n_w < 1 or n_w > len(r):
-            raise InputError(
-                f"days={days} is outside the series (1 window .. {len(r)} windows)", where="synth"
-            )
+            raise InputError(f"days={days} is outside the series (1 window .. {len(r)} windows)", where="synth")
         r = r[:n_w]
     if mean_rps is None:
         horizon = float(tokens.attrs.get("horizon_s") or tokens["arrival_s"].max())
@@ -124,9 +122,7 @@ def compose_demand(
 ) -> pd.DataFrame:
     """:func:`~neuscale_opt.traces.demand.epoch_demand` of :func:`compose_trace`, labelled."""
     trace = compose_trace(rates, tokens, seed=seed, mean_rps=mean_rps, days=days, subwindow_s=subwindow_s)
-    demand = epoch_demand(
-        trace, spec, epoch_s=epoch_s, subwindow_s=subwindow_s, horizon_s=trace.attrs["horizon_s"]
-    )
+    demand = epoch_demand(trace, spec, epoch_s=epoch_s, subwindow_s=subwindow_s, horizon_s=trace.attrs["horizon_s"])
     label = trace.attrs["label"]
     demand["provenance"] = pd.Categorical.from_codes(np.zeros(len(demand), np.int8), categories=[label])
     demand.attrs.update(synthetic=True, label=label, seed=int(seed), scale=trace.attrs["scale"], source=label)
