@@ -1,0 +1,138 @@
+"""CLI commands of the allocation package: ``plan`` and ``import-melange``.
+
+``neuscale-opt plan [INSTANCE] [--method milp|greedy|homogeneous|unlimited]
+[--objective energy|cost|carbon] [--time-limit S] [--json PATH|-]``
+
+INSTANCE is an instance TOML (roofline coefficients), a profile instance TOML (a ``[profile]``
+table, e.g. written by ``import-melange``) or a Mélange JSON configuration; without it the embedded
+default instance is planned. Exit codes: 0 a plan (``optimal``, ``feasible`` or ``time_limit`` with
+an incumbent), 1 infeasible (one-line diagnosis on stderr), 2 bad input, 3 time limit without any
+plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from pathlib import Path
+
+from neuscale_opt.alloc.evaluate import evaluate
+from neuscale_opt.alloc.melange import (
+    is_profile_instance,
+    load_melange,
+    melange_to_profile,
+    parse_profile_instance,
+    profile_coefficients,
+    profile_to_toml,
+)
+from neuscale_opt.alloc.options import BACKENDS, METHODS, OBJECTIVES, SERVINGS, VARIANTS, PlanOptions
+from neuscale_opt.alloc.plan import plan
+from neuscale_opt.alloc.solution import Solution
+from neuscale_opt.coefficients import Coefficients
+from neuscale_opt.errors import EXIT_INFEASIBLE, EXIT_OK, InputError
+from neuscale_opt.io import emit
+
+
+def load_plan_input(path: str | None) -> tuple[Coefficients, object]:
+    """Coefficients and the instance-like object options are read from, for any accepted input."""
+    if path is not None and path.lower().endswith(".json"):
+        inst = melange_to_profile(load_melange(path), name=Path(path).stem)
+        return profile_coefficients(inst), inst
+    if path is not None:
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError("no such file", where=path) from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise InputError(f"malformed TOML: {exc}", where=path) from None
+        if is_profile_instance(data):
+            inst = parse_profile_instance(data, where=path)
+            return profile_coefficients(inst), inst
+    from neuscale_opt.candidates import build_coefficients
+    from neuscale_opt.instance import load_instance
+
+    instance = load_instance(path)
+    return build_coefficients(instance), instance
+
+
+def register(sub) -> None:
+    """Add the ``plan`` and ``import-melange`` subcommands."""
+    p = sub.add_parser(
+        "plan",
+        help="plan vPods per class and generation for each epoch (MILP, greedy or baselines)",
+        description=__doc__.split("\n\n")[1],
+    )
+    p.add_argument("instance", nargs="?", help="instance TOML, profile TOML or Mélange JSON (default: embedded)")
+    p.add_argument("--method", choices=METHODS, default="milp")
+    p.add_argument("--objective", choices=OBJECTIVES, default=None, help="override the instance's objective")
+    p.add_argument("--variant", choices=VARIANTS, default=None, help="override planning.variant")
+    p.add_argument("--serving", choices=SERVINGS, default=None, help="override planning.serving")
+    p.add_argument("--backend", choices=BACKENDS, default=None, help="override solver.backend")
+    p.add_argument("--allow-unserved", action="store_true", default=None, help="plan partially if over-subscribed")
+    p.add_argument("--time-limit", type=float, default=None, metavar="S", help="solver time limit per epoch (s)")
+    p.add_argument("--json", default=None, metavar="PATH", help="write the plan as JSON to PATH ('-' = stdout)")
+    p.set_defaults(func=cmd_plan)
+
+    m = sub.add_parser(
+        "import-melange",
+        help="convert a Mélange configuration (JSON) into a profile instance (TOML)",
+    )
+    m.add_argument("config", help="Mélange configuration JSON (gpu_info, workload_distribution, ...)")
+    m.add_argument("-o", "--output", default="-", metavar="INSTANCE", help="output TOML path ('-' = stdout)")
+    m.set_defaults(func=cmd_import_melange)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    coeffs, inst = load_plan_input(args.instance)
+    options = PlanOptions.from_instance(
+        inst,
+        objective=args.objective,
+        variant=args.variant,
+        serving=args.serving,
+        backend=args.backend,
+        allow_unserved=args.allow_unserved,
+        time_limit_s=args.time_limit,
+    )
+    sol = plan(coeffs, options, args.method)
+    if args.json is not None:
+        emit(sol.to_json(), args.json)
+    if args.json != "-":
+        sys.stdout.write(summary(sol, coeffs))
+    if sol.status == "infeasible":
+        print(f"neuscale-opt: infeasible: {sol.diagnosis}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    return EXIT_OK
+
+
+def summary(sol: Solution, coeffs: Coefficients) -> str:
+    """A short human-readable report of a plan."""
+    lines = [f"method {sol.method} ({sol.options.variant}, {sol.options.serving}): {sol.status}"]
+    if not sol.has_plan:
+        return "\n".join(lines) + "\n"
+    unit = {"energy": "J", "cost": "USD", "carbon": "kgCO2e"}[sol.objective]
+    lines.append(
+        f"objective {sol.objective} = {sol.objective_value:.6g} {unit}; bound {sol.bound:.6g}; "
+        f"gap {sol.gap:.3g}; {sol.solve_seconds:.3f} s"
+    )
+    t = sol.totals
+    lines.append(
+        f"energy {t['energy_j']:.6g} J, cost {t['cost_usd']:.6g} USD, carbon {t['carbon_kg']:.6g} kg, "
+        f"unserved {t['unserved_rps']:.4g} req/s"
+    )
+    lines.append("chips by generation: " + ", ".join(f"{c} {n}" for c, n in t["chips_by_version"].items()))
+    cols = ["epoch", "bucket", "phase", "chip", "shape", "chips_per_vpod", "n_vpods", "rate_rps"]
+    if len(sol.allocations):
+        lines.append(sol.allocations[cols].to_string(index=False))
+    ev = evaluate(sol, coeffs if sol.method != "unlimited" else coeffs.with_unlimited_inventory())
+    if not ev.feasible:
+        lines.append("evaluation: " + "; ".join(ev.violations))
+    return "\n".join(lines) + "\n"
+
+
+def cmd_import_melange(args: argparse.Namespace) -> int:
+    cfg = load_melange(args.config)
+    inst = melange_to_profile(cfg, name=Path(args.config).stem)
+    emit(profile_to_toml(inst), args.output)
+    return EXIT_OK

@@ -1,0 +1,349 @@
+"""The numbers one epoch's allocation problem reads, precomputed outside any solver.
+
+:func:`build_context` turns :class:`~neuscale_opt.coefficients.Coefficients` and
+:class:`~neuscale_opt.alloc.options.PlanOptions` into a frozen :class:`EpochContext`: the usable
+configurations with their derived parameters (capacity under the utilisation cap, per-request and
+per-vPod objective coefficients), the vPod groups of the chosen variant, the demand to cover and the
+inventory. The Pyomo model, the greedy heuristic and the baselines all read this one object; the
+symbols match ``formulations/allocation.md``. No Pyomo in here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from neuscale_opt.alloc.options import DEFAULT_PENALTY_FACTOR, PlanOptions
+from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
+from neuscale_opt.errors import InputError
+
+SERVING_PHASES: dict[str, tuple[str, ...]] = {
+    "colocated": ("colocated",),
+    "disaggregated": ("prefill", "decode"),
+}
+
+#: The variant registry: which configuration column names the vPod group g(k) that serves k.
+#: ``dedicated`` - every (vPod type, class) pair has its own group (NeuScale's vPod groups);
+#: ``pooled`` - all classes served by one vPod type share its vPods (Mélange).
+GROUPING: dict[str, str] = {
+    "dedicated": "config_id",
+    "pooled": "vpod_type",
+}
+
+#: Columns a vPod group shares by definition (they describe the vPod, not the class it serves).
+GROUP_COLUMNS: tuple[str, ...] = (
+    "chip",
+    "shape",
+    "chips_per_vpod",
+    "static_power_w",
+    "price_usd_per_hour",
+    "embodied_kg_per_hour",
+)
+
+
+@dataclass(frozen=True)
+class EpochContext:
+    """Everything one epoch's allocation problem needs (symbols of ``formulations/allocation.md``).
+
+    ``configs`` holds the usable configurations K with the derived columns
+
+    * ``group`` - the vPod group g(k) whose vPods serve k (config id when dedicated, vPod type when
+      pooled);
+    * ``cap_rps`` - c_k = u * mu'_k, req/s one vPod may carry for this class;
+    * ``var_obj_per_req`` - a_k, objective units per request served (dynamic energy + KV transfer);
+    * ``dcn_j_per_req`` - KV-transfer energy per request at the chip (0 when colocated).
+
+    ``groups`` holds the groups G with ``held_obj_per_vpod`` - h_g, objective units per vPod held
+    over the epoch. ``demand`` maps each covered (class, phase) pair to its rate d_b (req/s); pairs
+    with zero demand are left out, with their configurations.
+    """
+
+    epoch: int
+    options: PlanOptions
+    epoch_s: float
+    util_cap: float
+    pue: float
+    carbon_kg_per_kwh: float
+    penalty_per_req: float
+    configs: pd.DataFrame
+    groups: pd.DataFrame
+    demand: dict[tuple[str, str], float]
+    inventory: dict[str, float]
+    bucket_rate: dict[str, float]
+
+    @property
+    def cover(self) -> list[tuple[str, str]]:
+        """Covered (class, phase) pairs, sorted."""
+        return sorted(self.demand)
+
+    @property
+    def buckets(self) -> list[str]:
+        return sorted(self.bucket_rate)
+
+
+def phases_for(serving: str) -> tuple[str, ...]:
+    return SERVING_PHASES[serving]
+
+
+def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
+    """The configurations a plan may use, with derived parameters (all epochs alike).
+
+    Keeps rows of the serving mode's phases that meet their class's SLO. When disaggregated, a
+    prefill row must also meet the TTFT target once the KV transfer is added (see the formulation,
+    "KV transfer"), and every row's rate is capped by its vPod's DCN bandwidth.
+    """
+    u = float(options.util_cap if options.util_cap is not None else coeffs.util_cap)
+    cfg = coeffs.configs
+    cfg = cfg[cfg["phase"].isin(phases_for(options.serving))]
+    cfg = cfg[meets_slo(cfg, coeffs.buckets)].copy()
+    chips = coeffs.chips.set_index("chip")
+    bw = cfg["chip"].map(chips["dcn_bytes_per_s"]).astype(float) * cfg["chips_per_vpod"].astype(float)
+    e_byte = cfg["chip"].map(chips["dcn_energy_j_per_byte"]).astype(float).fillna(0.0)
+    kv = cfg["kv_bytes_per_req"].astype(float).fillna(0.0)
+    mu = cfg["max_rate_rps"].astype(float)
+    if options.serving == "disaggregated":
+        cfg["dcn_j_per_req"] = kv * e_byte
+        link_rate = np.where(kv > 0, bw / kv.where(kv > 0, 1.0), np.inf)
+        mu = np.minimum(mu, link_rate)
+        # conservative transfer time: the slower of this vPod's DCN and the slowest decode vPod's
+        dec = cfg["phase"] == "decode"
+        slowest_decode_bw = bw[dec].groupby(cfg.loc[dec, "bucket"]).min()
+        pre = cfg["phase"] == "prefill"
+        peer_bw = cfg["bucket"].map(slowest_decode_bw).astype(float).fillna(np.inf)
+        eff_bw = np.minimum(bw, peer_bw)
+        xfer_s = np.where(kv > 0, kv / eff_bw, 0.0)
+        slo = coeffs.buckets.set_index("bucket")["ttft_slo_s"].astype(float)
+        target = cfg["bucket"].map(slo)
+        ttft = cfg["ttft_s"].astype(float).fillna(0.0)
+        late = pre & target.notna() & (ttft + xfer_s > target * (1 + 1e-9))
+        cfg["kv_transfer_s"] = np.where(pre, xfer_s, 0.0)
+        cfg["cap_rps"] = u * mu
+        cfg = cfg[~late]
+    else:
+        cfg["dcn_j_per_req"] = 0.0
+        cfg["kv_transfer_s"] = 0.0
+        cfg["cap_rps"] = u * mu
+    cfg = cfg[cfg["cap_rps"] > 0]
+    return cfg.sort_values("config_id", kind="mergesort").reset_index(drop=True)
+
+
+def objective_coefficients(cfg: pd.DataFrame, coeffs: Coefficients, objective: str, epoch_s: float):
+    """Per-request (a_k) and per-vPod-held-per-epoch (h_k) objective coefficients of each row."""
+    dyn = cfg["dyn_energy_j_per_req"].astype(float).fillna(0.0) + cfg["dcn_j_per_req"]
+    static_j = cfg["static_power_w"].astype(float).fillna(0.0) * epoch_s
+    price = cfg["price_usd_per_hour"].astype(float).fillna(0.0) * epoch_s / 3600.0
+    emb = cfg["embodied_kg_per_hour"].astype(float).fillna(0.0) * epoch_s / 3600.0
+    kg_per_j = coeffs.carbon_kg_per_kwh / J_PER_KWH
+    if objective == "energy":
+        return coeffs.pue * dyn, coeffs.pue * static_j
+    if objective == "cost":
+        return 0.0 * dyn, price
+    return coeffs.pue * dyn * kg_per_j, coeffs.pue * static_j * kg_per_j + emb
+
+
+def default_penalty(coeffs: Coefficients, options: PlanOptions) -> float:
+    """Default penalty per unserved request: ``DEFAULT_PENALTY_FACTOR`` x max_k (h_k/(c_k T) + a_k).
+
+    With it, buying a vPod is cheaper than leaving its load unserved as soon as the vPod would
+    carry at least 1/DEFAULT_PENALTY_FACTOR of its capacity. 1.0 objective unit when every
+    configuration is free, so that a free fleet still prefers serving.
+    """
+    cfg = usable_configs(coeffs, options)
+    if cfg.empty:
+        return 1.0
+    epoch_s = float(coeffs.epoch_s)
+    a, h = objective_coefficients(cfg, coeffs, options.objective, epoch_s)
+    per_req = h / (cfg["cap_rps"] * epoch_s) + a
+    worst = float(per_req.max())
+    return DEFAULT_PENALTY_FACTOR * worst if worst > 0 else 1.0
+
+
+def resolve_options(coeffs: Coefficients, options: PlanOptions) -> PlanOptions:
+    """Options with the unserved penalty fixed to a number: the default is computed once from the
+    whole coefficient table (all epochs, all generations), so every method and epoch pays the same."""
+    if options.unserved_penalty is not None:
+        return options
+    return options.replace(unserved_penalty=default_penalty(coeffs, options))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Epoch-independent data: usable configurations with their objective coefficients and group
+    keys, dominated groups pruned, and the resolved unserved penalty."""
+
+    options: PlanOptions
+    configs: pd.DataFrame
+    penalty_per_req: float
+
+
+def prepare(coeffs: Coefficients, options: PlanOptions) -> Prepared:
+    """The epoch-independent part of :func:`build_context`, computed once per horizon.
+
+    Pruning over all classes (not only those with demand in an epoch) is still exact: a group must
+    then dominate on more classes, so fewer groups are dropped.
+    """
+    epoch_s = float(coeffs.epoch_s)
+    cfg = usable_configs(coeffs, options)
+    a, h = objective_coefficients(cfg, coeffs, options.objective, epoch_s)
+    cfg["var_obj_per_req"] = a
+    cfg["held_obj_per_vpod"] = h
+    cfg["group"] = cfg[GROUPING[options.variant]]
+    penalty = float(resolve_options(coeffs, options).unserved_penalty or 1.0)
+    if options.prune_dominated:
+        cfg = prune_dominated(cfg)
+    return Prepared(options=options, configs=cfg, penalty_per_req=penalty)
+
+
+def build_context(
+    coeffs: Coefficients, options: PlanOptions, epoch: int, prepared: Prepared | None = None
+) -> EpochContext:
+    """The frozen problem data of one epoch (see :class:`EpochContext`). Pass ``prepared`` (from
+    :func:`prepare` with the same options) to share the epoch-independent work across epochs."""
+    if prepared is None or prepared.options != options:
+        prepared = prepare(coeffs, options)
+    dem = coeffs.demand[coeffs.demand["epoch"] == epoch]
+    bucket_rate = {str(b): float(r) for b, r in dem.groupby("bucket")["rate_rps"].sum().items() if r > 0}
+    cfg = prepared.configs
+    cfg = cfg[cfg["bucket"].isin(bucket_rate)].reset_index(drop=True)
+    groups = _groups(cfg, options.variant)
+    demand = {(b, p): r for b, r in bucket_rate.items() for p in phases_for(options.serving)}
+    return EpochContext(
+        epoch=int(epoch),
+        options=options,
+        epoch_s=float(coeffs.epoch_s),
+        util_cap=float(options.util_cap if options.util_cap is not None else coeffs.util_cap),
+        pue=float(coeffs.pue),
+        carbon_kg_per_kwh=float(coeffs.carbon_kg_per_kwh),
+        penalty_per_req=prepared.penalty_per_req,
+        configs=cfg,
+        groups=groups,
+        demand=demand,
+        inventory=coeffs.inventory(),
+        bucket_rate=bucket_rate,
+    )
+
+
+def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12) -> pd.DataFrame:
+    """Drop the groups another group of the same generation dominates (an exact presolve).
+
+    Group g is dominated by g' (same chip, same phase) when, for m = the least integer with
+    m c_{g',b} >= c_{g,b} for every class b that g serves: g' serves all those classes,
+    m chips_g' <= chips_g, m h_g' <= h_g and a_{g',b} <= a_{g,b}. Replacing each vPod of g by m vPods
+    of g' then keeps every plan feasible (capacity, chips) and no dearer, so some optimal plan
+    avoids g. Exact ties keep the smallest group key. Applies to both variants (a dedicated group
+    serves one class).
+    """
+    if cfg.empty:
+        return cfg
+    keep: list[str] = []
+    for _, part in cfg.groupby(["chip", "phase"], sort=True):
+        cap = part.pivot(index="group", columns="bucket", values="cap_rps")
+        acoef = part.pivot(index="group", columns="bucket", values="var_obj_per_req").loc[cap.index, cap.columns]
+        head = part.drop_duplicates("group").set_index("group").loc[cap.index]
+        ids = np.array(cap.index, dtype=object)
+        c = cap.to_numpy(dtype=float)  # NaN where the group does not serve the class
+        a = acoef.to_numpy(dtype=float)
+        chips_g = head["chips_per_vpod"].to_numpy(dtype=float)
+        h = head["held_obj_per_vpod"].to_numpy(dtype=float)
+        serves = ~np.isnan(c)
+        c0 = np.where(serves, c, 0.0)
+        a_inf = np.where(serves, a, np.inf)
+        # ratio[i, j, b] = c_i,b / c_j,b over the classes i serves (j must serve them too)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(serves[:, None, :], c0[:, None, :] / c0[None, :, :], 0.0)
+        covers = np.all(~serves[:, None, :] | serves[None, :, :], axis=2)
+        m = np.ceil(np.max(ratio, axis=2) * (1 - rtol))
+        m = np.where(covers & np.isfinite(m), np.maximum(m, 1.0), np.inf)
+        tol_h = rtol * np.maximum(np.abs(h), 1.0)
+        with np.errstate(invalid="ignore"):
+            a_ok = np.all(~serves[:, None, :] | (a_inf[None, :, :] <= a_inf[:, None, :] + rtol), axis=2)
+            chips_ok = m * chips_g[None, :] <= chips_g[:, None]
+            h_ok = m * h[None, :] <= h[:, None] + tol_h[:, None]
+            strict = (
+                (m * chips_g[None, :] < chips_g[:, None])
+                | (m * h[None, :] < h[:, None] - tol_h[:, None])
+                | np.any(serves[:, None, :] & (a_inf[None, :, :] < a_inf[:, None, :] - rtol), axis=2)
+                | np.any(serves[:, None, :] & (m[:, :, None] * c0[None, :, :] > c0[:, None, :] * (1 + rtol)), axis=2)
+            )
+        earlier = ids[None, :] < ids[:, None]
+        dom = covers & a_ok & chips_ok & h_ok & (strict | earlier)
+        np.fill_diagonal(dom, False)
+        keep.extend(ids[~dom.any(axis=1)].tolist())
+    return cfg[cfg["group"].isin(set(keep))].reset_index(drop=True)
+
+
+def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
+    cols = ["group", *GROUP_COLUMNS, "held_obj_per_vpod"]
+    if cfg.empty:
+        return pd.DataFrame(columns=cols)
+    g = cfg[cols]
+    if variant == "pooled":
+        spread = g.groupby("group")[list(GROUP_COLUMNS[2:]) + ["held_obj_per_vpod"]].nunique(dropna=False)
+        bad = spread[(spread > 1).any(axis=1)]
+        if not bad.empty:
+            raise InputError(
+                f"vPod type {bad.index[0]!r} has different per-vPod columns across classes "
+                "(chips_per_vpod, static_power_w, price_usd_per_hour, embodied_kg_per_hour must agree "
+                "for the pooled variant)",
+                where="coefficients.configs",
+            )
+    return g.drop_duplicates("group").sort_values("group").reset_index(drop=True)
+
+
+def max_servable(ctx: EpochContext, bucket: str, phase: str) -> dict[str, float]:
+    """Per chip generation, the most req/s class ``bucket`` could get in ``phase`` from the whole
+    inventory of that generation alone (best configuration, whole vPods only)."""
+    rows = ctx.configs[(ctx.configs["bucket"] == bucket) & (ctx.configs["phase"] == phase)]
+    best: dict[str, float] = {}
+    for r in rows.itertuples():
+        inv = ctx.inventory.get(str(r.chip), 0.0)
+        n = math.inf if math.isinf(inv) else math.floor(inv / float(r.chips_per_vpod) + 1e-9)
+        rate = math.inf if math.isinf(n) else n * float(r.cap_rps)
+        best[str(r.chip)] = max(best.get(str(r.chip), 0.0), rate)
+    return dict(sorted(best.items()))
+
+
+def diagnose(ctx: EpochContext) -> str | None:
+    """One-line reason why a class cannot be covered even by the whole inventory, or ``None``.
+
+    Checks each (class, phase) alone: no SLO-feasible configuration, or demand above the sum over
+    generations of what each generation's whole inventory could serve. ``None`` means every class
+    fits alone and the shortage, if any, is joint.
+    """
+    for b, p in ctx.cover:
+        d = ctx.demand[(b, p)]
+        per_chip = max_servable(ctx, b, p)
+        if not per_chip:
+            return (
+                f"epoch {ctx.epoch}: class {b!r} ({p}) has no configuration meeting its SLO "
+                f"on any generation; {_fmt(d)} req/s cannot be served"
+            )
+        total = sum(per_chip.values())
+        if total + 1e-9 < d:
+            parts = ", ".join(f"{c} {_fmt(v)}" for c, v in per_chip.items())
+            return (
+                f"epoch {ctx.epoch}: class {b!r} ({p}) needs {_fmt(d)} req/s but the whole inventory "
+                f"serves at most {_fmt(total)} req/s ({parts}); short by {_fmt(d - total)} req/s"
+                f"{_chip_hint(ctx, b, p, d - total)}"
+            )
+    return None
+
+
+def _chip_hint(ctx: EpochContext, bucket: str, phase: str, short_rps: float) -> str:
+    """ ", e.g. v5e needs N more chips" for the generation needing the fewest extra chips."""
+    rows = ctx.configs[(ctx.configs["bucket"] == bucket) & (ctx.configs["phase"] == phase)]
+    best: tuple[float, str] | None = None
+    for r in rows.itertuples():
+        chips = math.ceil(short_rps / float(r.cap_rps) - 1e-9) * float(r.chips_per_vpod)
+        if best is None or (chips, str(r.chip)) < best:
+            best = (chips, str(r.chip))
+    if best is None:
+        return ""
+    return f" (e.g. {best[1]} would need {int(best[0])} more chips)"
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"

@@ -1,0 +1,234 @@
+"""Independent evaluator: re-check any plan and account for it, without Pyomo or the model code.
+
+:func:`evaluate` starts from a :class:`~neuscale_opt.alloc.solution.Solution`'s allocation rows and
+the coefficient tables only, and recomputes
+
+* feasibility: every row's configuration exists, matches the row, is of a phase the serving mode
+  uses and meets its class's SLO (with the KV transfer added to TTFT when disaggregated); each vPod
+  group's load fits its vPods under the utilisation cap; each generation's chips fit its
+  inventory; each (epoch, class, phase) is covered (served + unserved = demand), with unserved
+  demand only where allowed;
+* accounting, per epoch then in total: energy (J, facility level), money (USD), carbon (kgCO2e,
+  operational + embodied), chips held per generation (peak over epochs), unserved rate, and the
+  efficiencies tokens per joule and per dollar.
+
+For a MILP plan, :attr:`Evaluation.objective_value` equals the solver's objective (relative 1e-6):
+the tests check it. This module deliberately shares no code with ``context``/``model``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
+
+RTOL = 1e-6
+_PHASES = {"colocated": {"colocated"}, "disaggregated": {"prefill", "decode"}}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Result of :func:`evaluate`: feasibility verdict, violations (one line each), totals and the
+    objective recomputed in the solution's objective units (penalty of unserved demand included)."""
+
+    feasible: bool
+    violations: tuple[str, ...]
+    totals: dict[str, Any]
+    objective_value: float
+    by_epoch: pd.DataFrame
+
+
+def _rel_ok(lhs: float, rhs: float, rtol: float = RTOL) -> bool:
+    """lhs <= rhs up to a relative tolerance."""
+    return lhs <= rhs + rtol * max(1.0, abs(rhs))
+
+
+def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
+    """Re-check ``solution`` against ``coeffs`` and account energy, money, carbon and chips.
+
+    Reads from the solution only its rows, its unserved table and the options that define the
+    problem it claims to solve (objective, serving mode, utilisation cap, whether unserved demand
+    is allowed and at which penalty).
+    """
+    opts = solution.options
+    u = float(opts.util_cap if opts.util_cap is not None else coeffs.util_cap)
+    t = float(coeffs.epoch_s)
+    rows = solution.allocations.copy()
+    violations: list[str] = []
+    cfg = coeffs.configs.set_index("config_id")
+    chips = coeffs.chips.set_index("chip")
+
+    # -- rows against the coefficient table ------------------------------------------------
+    known = rows["config_id"].isin(cfg.index)
+    for cid in rows.loc[~known, "config_id"]:
+        violations.append(f"row config {cid!r} is not in the coefficient table")
+    rows = rows[known].reset_index(drop=True)
+    ref = cfg.loc[rows["config_id"]].reset_index()
+    for col in ("bucket", "phase", "chip", "shape", "chips_per_vpod", "vpod_type"):
+        diff = rows[col].astype(str).to_numpy() != ref[col].astype(str).to_numpy()
+        for cid in rows.loc[diff, "config_id"]:
+            violations.append(f"row {cid!r}: column {col} disagrees with the coefficient table")
+    bad_phase = ~ref["phase"].isin(_PHASES[opts.serving])
+    for cid in ref.loc[bad_phase, "config_id"]:
+        violations.append(f"row {cid!r}: phase not used by serving mode {opts.serving!r}")
+    slo_ok = meets_slo(ref, coeffs.buckets).to_numpy()
+    for cid in ref.loc[~slo_ok, "config_id"]:
+        violations.append(f"row {cid!r}: configuration misses its class's SLO")
+    if (rows["rate_rps"].astype(float) < -1e-9).any() or (rows["n_vpods"].astype(float) < 0).any():
+        violations.append("negative rate or vPod count")
+
+    # -- effective capacity per row (KV transfer bandwidth when disaggregated) ---------------
+    mu = ref["max_rate_rps"].astype(float).to_numpy()
+    dcn_j = np.zeros(len(ref))
+    if opts.serving == "disaggregated" and len(ref):
+        kv = ref["kv_bytes_per_req"].astype(float).fillna(0.0).to_numpy()
+        bw = (
+            ref["chip"].map(chips["dcn_bytes_per_s"]).astype(float).to_numpy()
+            * ref["chips_per_vpod"].astype(float).to_numpy()
+        )
+        e_b = ref["chip"].map(chips["dcn_energy_j_per_byte"]).astype(float).fillna(0.0).to_numpy()
+        dcn_j = kv * e_b
+        with np.errstate(divide="ignore"):
+            mu = np.where(kv > 0, np.minimum(mu, bw / np.where(kv > 0, kv, 1.0)), mu)
+        violations.extend(_kv_ttft_violations(ref, coeffs, bw, kv))
+    rows["_load"] = rows["rate_rps"].astype(float).to_numpy() / (u * mu)
+    rows["_dyn_j"] = (ref["dyn_energy_j_per_req"].astype(float).fillna(0.0).to_numpy() + dcn_j) * rows[
+        "rate_rps"
+    ].astype(float).to_numpy()
+    for col in ("static_power_w", "price_usd_per_hour", "embodied_kg_per_hour"):
+        rows["_" + col] = ref[col].astype(float).fillna(0.0).to_numpy()
+
+    # -- groups: one count per (epoch, vpod_group), capacity ---------------------------------
+    grp = rows.groupby(["epoch", "vpod_group"], sort=True)
+    groups = grp.agg(
+        n=("n_vpods", "max"),
+        n_min=("n_vpods", "min"),
+        load=("_load", "sum"),
+        chip=("chip", "first"),
+        chips_per_vpod=("chips_per_vpod", "first"),
+        static_w=("_static_power_w", "first"),
+        price=("_price_usd_per_hour", "first"),
+        emb=("_embodied_kg_per_hour", "first"),
+    ).reset_index()
+    for g in groups.itertuples():
+        if g.n != g.n_min:
+            violations.append(f"epoch {g.epoch} group {g.vpod_group!r}: rows disagree on n_vpods")
+        if not _rel_ok(g.load, g.n):
+            violations.append(
+                f"epoch {g.epoch} group {g.vpod_group!r}: load {g.load:.6g} vPods exceeds {int(g.n)} held"
+            )
+    groups["chips"] = groups["n"].astype(float) * groups["chips_per_vpod"].astype(float)
+    chips_used = groups.groupby(["epoch", "chip"])["chips"].sum()
+    inventory = coeffs.inventory()
+    for (e, c), used in chips_used.items():
+        cap = inventory.get(str(c), 0.0)
+        if not math.isinf(cap) and not _rel_ok(used, cap):
+            violations.append(f"epoch {e}: {c} uses {used:.0f} chips of {cap:.0f} healthy")
+
+    # -- coverage ---------------------------------------------------------------------------
+    uns = solution.unserved
+    uns_map = {(int(r.epoch), str(r.bucket)): float(r.unserved_rps) for r in uns.itertuples()}
+    if uns_map and not opts.allow_unserved and any(v > 0 for v in uns_map.values()):
+        violations.append("plan leaves demand unserved but unserved demand is not allowed")
+    served = rows.groupby(["epoch", "bucket", "phase"])["rate_rps"].sum()
+    for d in coeffs.demand.itertuples():
+        rate = float(d.rate_rps)
+        e, b = int(d.epoch), str(d.bucket)
+        for p in sorted(_PHASES[opts.serving]):
+            got = float(served.get((e, b, p), 0.0)) + uns_map.get((e, b), 0.0)
+            if abs(got - rate) > RTOL * max(1.0, rate):
+                violations.append(
+                    f"epoch {e} class {b!r} ({p}): served + unserved = {got:.6g} req/s, demand {rate:.6g}"
+                )
+
+    # -- accounting ---------------------------------------------------------------------------
+    tokens = coeffs.buckets.set_index("bucket")
+    tok_per_req = (tokens["input_tokens"].astype(float) + tokens["output_tokens"].astype(float)).to_dict()
+    kg_per_j = coeffs.carbon_kg_per_kwh / J_PER_KWH
+    per_epoch = []
+    for e in coeffs.epochs:
+        ge = groups[groups["epoch"] == e]
+        re_ = rows[rows["epoch"] == e]
+        dyn_j = float(re_["_dyn_j"].sum()) * t
+        static_j = float((ge["static_w"] * ge["n"].astype(float)).sum()) * t
+        energy = coeffs.pue * (dyn_j + static_j)
+        cost = float((ge["price"] * ge["n"].astype(float)).sum()) * t / 3600.0
+        carbon = energy * kg_per_j + float((ge["emb"] * ge["n"].astype(float)).sum()) * t / 3600.0
+        unserved_rps = sum(v for (ee, _), v in uns_map.items() if ee == e)
+        dem_e = coeffs.demand[coeffs.demand["epoch"] == e]
+        tok = (
+            sum(
+                max(float(r.rate_rps) - uns_map.get((e, str(r.bucket)), 0.0), 0.0) * tok_per_req.get(r.bucket, 0.0)
+                for r in dem_e.itertuples()
+            )
+            * t
+        )
+        per_epoch.append(
+            {
+                "epoch": e,
+                "energy_j": energy,
+                "cost_usd": cost,
+                "carbon_kg": carbon,
+                "unserved_rps": unserved_rps,
+                "tokens": tok,
+            }
+        )
+    by_epoch = pd.DataFrame(per_epoch, columns=["epoch", "energy_j", "cost_usd", "carbon_kg", "unserved_rps", "tokens"])
+    peak = chips_used.groupby(level="chip").max() if len(chips_used) else pd.Series(dtype=float)
+    energy = float(by_epoch["energy_j"].sum())
+    cost = float(by_epoch["cost_usd"].sum())
+    tokens_total = float(by_epoch["tokens"].sum())
+    totals: dict[str, Any] = {
+        "energy_j": energy,
+        "cost_usd": cost,
+        "carbon_kg": float(by_epoch["carbon_kg"].sum()),
+        "chips_by_version": {str(c): int(round(v)) for c, v in sorted(peak.items())},
+        "unserved_rps": float(by_epoch["unserved_rps"].max()) if len(by_epoch) else 0.0,
+        "tokens": tokens_total,
+        "tokens_per_j": tokens_total / energy if energy > 0 else math.nan,
+        "tokens_per_usd": tokens_total / cost if cost > 0 else math.nan,
+    }
+    key = {"energy": "energy_j", "cost": "cost_usd", "carbon": "carbon_kg"}[solution.objective]
+    penalty = float(solution.penalty_per_req) * t * sum(uns_map.values())
+    totals["penalty"] = penalty
+    objective_value = float(totals[key]) + penalty
+    return Evaluation(
+        feasible=not violations,
+        violations=tuple(violations),
+        totals=totals,
+        objective_value=objective_value,
+        by_epoch=by_epoch,
+    )
+
+
+def _kv_ttft_violations(ref: pd.DataFrame, coeffs: Coefficients, bw: np.ndarray, kv: np.ndarray) -> list[str]:
+    """Prefill rows whose TTFT plus the KV transfer (at the slower of this vPod's DCN and the
+    slowest decode vPod of the class among all candidates) misses the TTFT target."""
+    out: list[str] = []
+    all_cfg = coeffs.configs
+    dec = all_cfg[all_cfg["phase"] == "decode"]
+    dec = dec[meets_slo(dec, coeffs.buckets)]
+    chips = coeffs.chips.set_index("chip")
+    dec_bw = (
+        (dec["chip"].map(chips["dcn_bytes_per_s"]).astype(float) * dec["chips_per_vpod"].astype(float))
+        .groupby(dec["bucket"])
+        .min()
+    )
+    slo = coeffs.buckets.set_index("bucket")["ttft_slo_s"].astype(float)
+    for i, r in enumerate(ref.itertuples()):
+        if r.phase != "prefill" or kv[i] <= 0:
+            continue
+        target = slo.get(r.bucket, math.nan)
+        if math.isnan(target):
+            continue
+        peer = float(dec_bw.get(r.bucket, math.inf))
+        xfer = kv[i] / min(bw[i], peer)
+        ttft = 0.0 if pd.isna(r.ttft_s) else float(r.ttft_s)
+        if ttft + xfer > target * (1 + 1e-9):
+            out.append(f"row {r.config_id!r}: TTFT {ttft:.4g} s + KV transfer {xfer:.4g} s exceeds {target:.4g} s")
+    return out

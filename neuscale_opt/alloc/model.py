@@ -1,0 +1,227 @@
+"""The epoch allocation MILP as a Pyomo model (spec: ``formulations/allocation.md``).
+
+Every Pyomo component carries the ID the formulation document gives it; one builder
+``add_<id>(model, ctx)`` per constraint family, each returning early when its index set is empty.
+The model is built from an :class:`~neuscale_opt.alloc.context.EpochContext` only; solving happens
+in :mod:`neuscale_opt.alloc.solve`, the one module that talks to solvers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pyomo.environ as pyo
+
+from neuscale_opt.alloc.context import EpochContext
+
+
+def add_sets(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
+    """Index sets, all sorted so that the model (and the plan) is the same run to run.
+
+    * ``CONFIGS`` (K): usable configurations (vPod type x class) of demanded classes;
+    * ``GROUPS`` (G): vPod groups (a configuration when dedicated, a vPod type when pooled);
+    * ``COVER`` (B x P): demanded (class, phase) pairs;
+    * ``BUCKETS`` (B): demanded classes;
+    * ``CHIPS`` (C): generations with a finite inventory and at least one usable configuration.
+    """
+    cfg = ctx.configs
+    m.CONFIGS = pyo.Set(initialize=sorted(cfg["config_id"]), ordered=True)
+    m.GROUPS = pyo.Set(initialize=sorted(ctx.groups["group"]), ordered=True)
+    m.COVER = pyo.Set(initialize=ctx.cover, dimen=2, ordered=True)
+    m.BUCKETS = pyo.Set(initialize=ctx.buckets, ordered=True)
+    finite = sorted(c for c in set(ctx.groups["chip"]) if not math.isinf(ctx.inventory.get(str(c), math.inf)))
+    m.CHIPS = pyo.Set(initialize=finite, ordered=True)
+
+
+def add_variables(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
+    """``n_vpods`` (integer vPods per group), ``rate`` (req/s per configuration) and, when enabled,
+    ``unserved`` (req/s per class) and ``slices`` (integer slices per configuration).
+
+    Bounds (valid, they cut no optimal plan): r_k <= d_b(k); n_g <= ceil(sum_{k in g} d_b(k) / c_k)
+    and n_g <= floor(H_c / chips_g) for a finite inventory.
+    """
+    cfg = ctx.configs
+    by_id = cfg.set_index("config_id")
+    rate_ub = {k: ctx.bucket_rate[str(by_id.at[k, "bucket"])] for k in m.CONFIGS}
+    load_ub: dict[str, float] = {}
+    for r in cfg.itertuples():
+        load_ub[r.group] = load_ub.get(r.group, 0.0) + ctx.bucket_rate[str(r.bucket)] / float(r.cap_rps)
+    g_attr = ctx.groups.set_index("group")
+    n_ub: dict[str, float] = {}
+    for g in m.GROUPS:
+        ub = math.ceil(load_ub[g] - 1e-9)
+        inv = ctx.inventory.get(str(g_attr.at[g, "chip"]), math.inf)
+        if not math.isinf(inv):
+            ub = min(ub, math.floor(inv / float(g_attr.at[g, "chips_per_vpod"]) + 1e-9))
+        n_ub[g] = max(ub, 0)
+    m.n_vpods = pyo.Var(m.GROUPS, domain=pyo.NonNegativeIntegers, bounds=lambda _m, g: (0, n_ub[g]))
+    m.rate = pyo.Var(m.CONFIGS, domain=pyo.NonNegativeReals, bounds=lambda _m, k: (0, rate_ub[k]))
+    if ctx.options.allow_unserved:
+        m.unserved = pyo.Var(m.BUCKETS, domain=pyo.NonNegativeReals, bounds=lambda _m, b: (0, ctx.bucket_rate[b]))
+    if ctx.options.slice_factor is not None:
+        s = int(ctx.options.slice_factor)
+        m.slices = pyo.Var(m.CONFIGS, domain=pyo.NonNegativeIntegers, bounds=(0, s))
+        if ctx.options.allow_unserved:
+            m.unserved_slices = pyo.Var(m.BUCKETS, domain=pyo.NonNegativeIntegers, bounds=(0, s))
+
+
+def add_demand_coverage(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
+    """**Constraint Name**: demand_coverage
+
+    **Enforced Over**: COVER (class b, phase p)
+
+    Every demanded class is served in every phase of the serving mode, or declared unserved:
+
+        sum_{k in K: b(k)=b, p(k)=p} r_k + s_b = d_b
+
+    (``s_b`` is absent unless unserved demand is allowed). When disaggregated, the prefill and the
+    decode phase of a class are each covered and share the same unserved rate.
+    """
+    if len(m.COVER) == 0:
+        return
+    cfg = ctx.configs
+    members: dict[tuple[str, str], list[str]] = {bp: [] for bp in ctx.cover}
+    for r in cfg.itertuples():
+        members[(str(r.bucket), str(r.phase))].append(r.config_id)
+    has_unserved = hasattr(m, "unserved")
+
+    def rule(_m: pyo.ConcreteModel, b: str, p: str):
+        served = sum(_m.rate[k] for k in members[(b, p)])
+        if has_unserved:
+            served = served + _m.unserved[b]
+        if isinstance(served, (int, float)):
+            return pyo.Constraint.Infeasible
+        return served == ctx.demand[(b, p)]
+
+    m.demand_coverage = pyo.Constraint(m.COVER, rule=rule)
+
+
+def add_vpod_capacity(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
+    """**Constraint Name**: vpod_capacity
+
+    **Enforced Over**: GROUPS
+
+    A group's vPods carry their classes' rates at most up to the capped sustainable rate:
+
+        sum_{k in K: g(k)=g} r_k / c_k <= n_g,   c_k = u * mu'_k
+
+    Dedicated: one term (r_k <= c_k n_k). Pooled: the fractional loads of all classes on the vPod
+    type add up (Mélange's load model).
+    """
+    if len(m.GROUPS) == 0:
+        return
+    members: dict[str, list[tuple[str, float]]] = {g: [] for g in m.GROUPS}
+    for r in ctx.configs.itertuples():
+        members[r.group].append((r.config_id, float(r.cap_rps)))
+
+    def rule(_m: pyo.ConcreteModel, g: str):
+        return sum(_m.rate[k] * (1.0 / c) for k, c in members[g]) <= _m.n_vpods[g]
+
+    m.vpod_capacity = pyo.Constraint(m.GROUPS, rule=rule)
+
+
+def add_chip_inventory(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
+    """**Constraint Name**: chip_inventory
+
+    **Enforced Over**: CHIPS (generations with a finite inventory)
+
+    The vPods held of a generation fit in its healthy chips:
+
+        sum_{g in G: chip(g)=c} chips_g * n_g <= H_c
+    """
+    if len(m.CHIPS) == 0:
+        return
+    members: dict[str, list[tuple[str, float]]] = {c: [] for c in m.CHIPS}
+    for r in ctx.groups.itertuples():
+        if r.chip in members:
+            members[r.chip].append((r.group, float(r.chips_per_vpod)))
+
+    def rule(_m: pyo.ConcreteModel, c: str):
+        return sum(w * _m.n_vpods[g] for g, w in members[c]) <= ctx.inventory[c]
+
+    m.chip_inventory = pyo.Constraint(m.CHIPS, rule=rule)
+
+
+def add_slice_assignment(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
+    """**Constraint Name**: slice_assignment
+
+    **Enforced Over**: CONFIGS (and BUCKETS for unserved slices), only when a slice factor S is set
+
+    A class's rate is cut in S equal slices, each served by one group (Mélange's slices):
+
+        r_k = (d_b(k) / S) * z_k,   z_k in {0..S};   s_b = (d_b / S) * z^s_b
+    """
+    if not hasattr(m, "slices"):
+        return
+    s = int(ctx.options.slice_factor or 1)
+    bucket_of = dict(zip(ctx.configs["config_id"], ctx.configs["bucket"], strict=True))
+
+    def rule(_m: pyo.ConcreteModel, k: str):
+        return _m.rate[k] == (ctx.bucket_rate[str(bucket_of[k])] / s) * _m.slices[k]
+
+    m.slice_assignment = pyo.Constraint(m.CONFIGS, rule=rule)
+    if hasattr(m, "unserved_slices"):
+
+        def rule_u(_m: pyo.ConcreteModel, b: str):
+            return _m.unserved[b] == (ctx.bucket_rate[b] / s) * _m.unserved_slices[b]
+
+        m.unserved_slice_assignment = pyo.Constraint(m.BUCKETS, rule=rule_u)
+
+
+def add_objective(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
+    """Expressions ``served_term``, ``held_term``, ``unserved_term`` and the Objective
+    ``total_objective`` (their sum, minimised), in objective units over the epoch of T seconds:
+
+        served_term   = T * sum_k a_k r_k
+        held_term     = sum_g h_g n_g
+        unserved_term = T * pen * sum_b s_b
+
+    a_k and h_g depend on the objective (energy, cost, carbon); see the formulation.
+    """
+    t = ctx.epoch_s
+    a = dict(zip(ctx.configs["config_id"], ctx.configs["var_obj_per_req"], strict=True))
+    h = dict(zip(ctx.groups["group"], ctx.groups["held_obj_per_vpod"], strict=True))
+    m.served_term = pyo.Expression(expr=sum(t * float(a[k]) * m.rate[k] for k in m.CONFIGS if float(a[k]) != 0.0))
+    m.held_term = pyo.Expression(expr=sum(float(h[g]) * m.n_vpods[g] for g in m.GROUPS if float(h[g]) != 0.0))
+    if hasattr(m, "unserved"):
+        m.unserved_term = pyo.Expression(expr=sum(t * ctx.penalty_per_req * m.unserved[b] for b in m.BUCKETS))
+    else:
+        m.unserved_term = pyo.Expression(expr=0.0)
+    m.total_objective = pyo.Objective(expr=m.served_term + m.held_term + m.unserved_term, sense=pyo.minimize)
+
+
+#: Constraint-family builders in build order (each ``add_<ID>`` creates the component ``<ID>``).
+CONSTRAINT_BUILDERS: tuple[Callable[[pyo.ConcreteModel, EpochContext], None], ...] = (
+    add_demand_coverage,
+    add_vpod_capacity,
+    add_chip_inventory,
+    add_slice_assignment,
+)
+
+
+def build_model(ctx: EpochContext) -> pyo.ConcreteModel:
+    """The Pyomo model of one epoch: sets, variables, constraint families, objective."""
+    m = pyo.ConcreteModel(name=f"allocation_epoch_{ctx.epoch}")
+    add_sets(m, ctx)
+    add_variables(m, ctx)
+    for builder in CONSTRAINT_BUILDERS:
+        builder(m, ctx)
+    add_objective(m, ctx)
+    return m
+
+
+def component_ids(m: pyo.ConcreteModel) -> dict[str, set[str]]:
+    """Names of the model's components by kind (``set``, ``variable``, ``constraint``,
+    ``expression``, ``objective``), for checking them against the formulation document."""
+    kinds = {
+        "set": pyo.Set,
+        "variable": pyo.Var,
+        "constraint": pyo.Constraint,
+        "expression": pyo.Expression,
+        "objective": pyo.Objective,
+    }
+    out: dict[str, set[str]] = {}
+    for kind, ctype in kinds.items():
+        out[kind] = {c.local_name for c in m.component_objects(ctype, descend_into=False)}
+    return out

@@ -1,0 +1,140 @@
+"""Planning options: which objective, which formulation variant, which solver and how long.
+
+:class:`PlanOptions` is the allocation package's own, frozen view of the settings it needs, so that
+the core API does not depend on the instance schema. :meth:`PlanOptions.from_instance` reads them
+from a validated ``Instance``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+from neuscale_opt.errors import InputError
+
+Objective = Literal["energy", "cost", "carbon"]
+Variant = Literal["dedicated", "pooled"]
+Serving = Literal["colocated", "disaggregated"]
+Backend = Literal["highs", "ortools"]
+Method = Literal["milp", "greedy", "homogeneous", "unlimited"]
+
+OBJECTIVES: tuple[str, ...] = ("energy", "cost", "carbon")
+VARIANTS: tuple[str, ...] = ("dedicated", "pooled")
+SERVINGS: tuple[str, ...] = ("colocated", "disaggregated")
+BACKENDS: tuple[str, ...] = ("highs", "ortools")
+METHODS: tuple[str, ...] = ("milp", "greedy", "homogeneous", "unlimited")
+
+#: Default multiple of the dearest per-request cost used as the unserved-demand penalty
+#: (see ``formulations/allocation.md``, parameter ``penalty``).
+DEFAULT_PENALTY_FACTOR = 10.0
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Settings of one planning run.
+
+    Attributes
+    ----------
+    objective:
+        ``energy`` (J), ``cost`` (USD) or ``carbon`` (kgCO2e), totalled over each epoch.
+    variant:
+        ``dedicated`` - a vPod group serves one request class (NeuScale);
+        ``pooled`` - a vPod type's capacity is shared by classes in fractional loads (Mélange).
+    serving:
+        ``colocated`` - prefill and decode on the same vPod; ``disaggregated`` - separate prefill
+        and decode vPods, the KV cache crossing the data-centre network.
+    allow_unserved:
+        Allow demand to stay unserved at ``unserved_penalty`` per request instead of declaring the
+        instance infeasible.
+    unserved_penalty:
+        Penalty per unserved request in objective units (J, USD or kg). ``None`` = default: ten times
+        the dearest per-request cost of any usable configuration at full (capped) load.
+    util_cap:
+        Override of the coefficients' utilisation cap (queueing headroom); ``None`` keeps it.
+    slice_factor:
+        ``None`` lets a class's rate be split continuously across vPod groups. An integer ``S``
+        splits each class into ``S`` equal slices each served by one group (Mélange's slices).
+    prune_dominated:
+        Drop configurations another one of the same generation dominates before modelling (an exact
+        presolve, see the formulation); off only to check that it is exact.
+    backend, time_limit_s, mip_gap, threads, seed:
+        Solver settings. One thread and a fixed seed keep plans identical run to run.
+    """
+
+    objective: Objective = "energy"
+    variant: Variant = "dedicated"
+    serving: Serving = "colocated"
+    allow_unserved: bool = False
+    unserved_penalty: float | None = None
+    util_cap: float | None = None
+    slice_factor: int | None = None
+    prune_dominated: bool = True
+    backend: Backend = "highs"
+    time_limit_s: float | None = 60.0
+    mip_gap: float = 1e-6
+    threads: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for name, value, allowed in (
+            ("objective", self.objective, OBJECTIVES),
+            ("variant", self.variant, VARIANTS),
+            ("serving", self.serving, SERVINGS),
+            ("backend", self.backend, BACKENDS),
+        ):
+            if value not in allowed:
+                problems.append(f"{name} must be one of {list(allowed)}, got {value!r}")
+        if self.unserved_penalty is not None and not (
+            math.isfinite(self.unserved_penalty) and self.unserved_penalty > 0
+        ):
+            problems.append(f"unserved_penalty must be a positive number, got {self.unserved_penalty}")
+        if self.util_cap is not None and not (0 < self.util_cap <= 1):
+            problems.append(f"util_cap must be in (0, 1], got {self.util_cap}")
+        if self.slice_factor is not None and (int(self.slice_factor) != self.slice_factor or self.slice_factor < 1):
+            problems.append(f"slice_factor must be a positive integer, got {self.slice_factor}")
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            problems.append(f"time_limit_s must be > 0, got {self.time_limit_s}")
+        if not (0 <= self.mip_gap < 1):
+            problems.append(f"mip_gap must be in [0, 1), got {self.mip_gap}")
+        if self.threads < 1:
+            problems.append(f"threads must be >= 1, got {self.threads}")
+        if problems:
+            raise InputError("; ".join(problems), where="plan options")
+
+    def replace(self, **changes: Any) -> PlanOptions:
+        """A copy with some fields changed (the original is never modified)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_instance(cls, instance: Any, **overrides: Any) -> PlanOptions:
+        """Read the options from a validated ``neuscale_opt.instance.Instance``.
+
+        Fields absent from the instance keep their defaults; ``overrides`` (e.g. from CLI flags)
+        win over the instance. ``None`` overrides are ignored.
+        """
+        planning = getattr(instance, "planning", None)
+        solver = getattr(instance, "solver", None)
+        values: dict[str, Any] = {}
+        if getattr(instance, "objective", None) is not None:
+            values["objective"] = instance.objective
+        for key in ("variant", "serving", "allow_unserved", "unserved_penalty", "slice_factor", "util_cap"):
+            v = getattr(planning, key, None) if planning is not None else None
+            if v is not None:
+                values[key] = v
+        for key, field_name in (
+            ("backend", "backend"),
+            ("time_limit_s", "time_limit_s"),
+            ("mip_gap", "mip_gap"),
+            ("threads", "threads"),
+            ("seed", "seed"),
+        ):
+            v = getattr(solver, key, None) if solver is not None else None
+            if v is not None:
+                values[field_name] = v
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

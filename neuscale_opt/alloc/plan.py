@@ -1,0 +1,296 @@
+"""Planning methods, all returning a :class:`~neuscale_opt.alloc.solution.Solution`.
+
+* :func:`solve_milp` - the epoch allocation MILP (``formulations/allocation.md``), one independent
+  MILP per epoch;
+* :func:`unlimited` - the same MILP with every inventory set to infinity (the reference plans are
+  normalised against);
+* :func:`greedy` - NeuScale's best-fit rule with fail-over;
+* :func:`homogeneous` - one chip generation only (a given one, or the best of all);
+* :func:`plan` - dispatch by method name.
+
+Statuses: ``optimal`` (MILP proven within the gap), ``time_limit`` (MILP stopped with an
+incumbent, its gap reported), ``feasible`` (heuristic plan), ``infeasible`` (with a one-line
+diagnosis). A MILP stopped without any incumbent raises :class:`~neuscale_opt.errors.TimeLimitError`.
+Over several epochs the worst status wins, objective and bound are summed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from neuscale_opt.alloc.context import EpochContext, build_context, diagnose, prepare, resolve_options
+from neuscale_opt.alloc.evaluate import evaluate
+from neuscale_opt.alloc.heuristics import EpochPlan, greedy_epoch, homogeneous_epoch
+from neuscale_opt.alloc.model import build_model
+from neuscale_opt.alloc.options import METHODS, PlanOptions
+from neuscale_opt.alloc.solution import (
+    ALLOC_COLUMNS,
+    Solution,
+    empty_allocations,
+    tidy_allocations,
+    tidy_unserved,
+)
+from neuscale_opt.alloc.solve import solve_model
+from neuscale_opt.coefficients import Coefficients
+from neuscale_opt.errors import InputError, TimeLimitError
+
+_STATUS_RANK = {"optimal": 0, "feasible": 1, "time_limit": 2, "infeasible": 3}
+
+
+def _rows(ctx: EpochContext, ep: EpochPlan) -> list[dict[str, Any]]:
+    cfg = ctx.configs.set_index("config_id", drop=False)
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for k in sorted(ep.x):
+        if ep.x[k] <= 0:
+            continue
+        r = cfg.loc[k]
+        seen.add(r["group"])
+        rows.append(_row(ctx.epoch, r, ep.n.get(r["group"], 0), ep.x[k]))
+    for g in sorted(ep.n):
+        if ep.n[g] > 0 and g not in seen:
+            r = cfg[cfg["group"] == g].iloc[0]
+            rows.append(_row(ctx.epoch, r, ep.n[g], 0.0))
+    return rows
+
+
+def _row(epoch: int, r: pd.Series, n: int, rate: float) -> dict[str, Any]:
+    return {
+        "epoch": epoch,
+        "bucket": r["bucket"],
+        "phase": r["phase"],
+        "chip": r["chip"],
+        "shape": r["shape"],
+        "chips_per_vpod": int(r["chips_per_vpod"]),
+        "tp": int(r["tp"]),
+        "pp": int(r["pp"]),
+        "ep": int(r["ep"]),
+        "batch": int(r["batch"]),
+        "vpod_type": r["vpod_type"],
+        "config_id": r["config_id"],
+        "vpod_group": r["group"],
+        "n_vpods": int(n),
+        "rate_rps": float(rate),
+    }
+
+
+def _assemble(
+    method: str,
+    coeffs: Coefficients,
+    options: PlanOptions,
+    per_epoch: list[tuple[EpochContext, EpochPlan, dict[str, Any]]],
+    backend: str | None,
+    use_solver_objective: bool,
+    meta: dict[str, Any] | None = None,
+) -> Solution:
+    rows: list[dict[str, Any]] = []
+    uns: list[dict[str, Any]] = []
+    epochs: list[dict[str, Any]] = []
+    diagnosis = None
+    for ctx, ep, info in per_epoch:
+        if ep.status != "infeasible":
+            rows.extend(_rows(ctx, ep))
+            uns.extend({"epoch": ctx.epoch, "bucket": b, "unserved_rps": v} for b, v in sorted(ep.s.items()))
+        elif diagnosis is None:
+            diagnosis = ep.diagnosis
+        epochs.append({"epoch": ctx.epoch, "status": ep.status, **info})
+    status = max((e["status"] for e in epochs), key=_STATUS_RANK.__getitem__, default="optimal")
+    alloc = tidy_allocations(pd.DataFrame(rows, columns=list(ALLOC_COLUMNS))) if rows else empty_allocations()
+    unserved = tidy_unserved(pd.DataFrame(uns, columns=["epoch", "bucket", "unserved_rps"]))
+    seconds = float(sum(e.get("solve_seconds", 0.0) for e in epochs))
+    draft = Solution(
+        method=method,
+        status=status,
+        objective=options.objective,
+        objective_value=math.nan,
+        bound=math.nan,
+        gap=math.nan,
+        solve_seconds=seconds,
+        allocations=alloc,
+        unserved=unserved,
+        totals={},
+        options=options,
+        penalty_per_req=float(options.unserved_penalty or 0.0),
+        backend=backend,
+        diagnosis=diagnosis,
+        epochs=tuple(epochs),
+        meta=dict(meta or {}),
+    )
+    if status == "infeasible":
+        return draft
+    ev = evaluate(draft, coeffs)
+    if use_solver_objective:
+        obj = float(sum(e["objective_value"] for e in epochs))
+        bound = float(sum(e["bound"] for e in epochs))
+        gap = max(0.0, obj - bound) / max(abs(obj), 1e-9)
+    else:
+        obj, bound, gap = ev.objective_value, math.nan, math.nan
+    return Solution(**{**draft.__dict__, "objective_value": obj, "bound": bound, "gap": gap, "totals": ev.totals})
+
+
+def _milp_epoch(ctx: EpochContext) -> tuple[EpochPlan, dict[str, Any]]:
+    opts = ctx.options
+    if not opts.allow_unserved:
+        reason = diagnose(ctx)
+        if reason is not None:
+            return EpochPlan({}, {}, {}, status="infeasible", diagnosis=reason), {"solve_seconds": 0.0}
+    m = build_model(ctx)
+    res = solve_model(m, opts)
+    info = {
+        "objective_value": res.objective,
+        "bound": res.bound,
+        "gap": res.gap,
+        "solve_seconds": res.seconds,
+    }
+    if res.status == "no_incumbent":
+        raise TimeLimitError(
+            f"epoch {ctx.epoch}: the solver hit the time limit of {opts.time_limit_s} s without a plan"
+        )
+    if res.status == "infeasible":
+        return EpochPlan({}, {}, {}, status="infeasible", diagnosis=_joint_diagnosis(ctx)), info
+    vals = res.values
+    n = {str(g): int(round(v)) for g, v in vals.get("n_vpods", {}).items() if round(v) > 0}
+    x = {str(k): max(v, 0.0) for k, v in vals.get("rate", {}).items() if v > 1e-9}
+    s = {str(b): v for b, v in vals.get("unserved", {}).items() if v > 1e-9}
+    return EpochPlan(n=n, x=x, s=s, status=res.status), info
+
+
+def _joint_diagnosis(ctx: EpochContext) -> str:
+    """Every class fits alone, but not together: solve the partial plan to say what is short."""
+    relaxed = build_context_like(ctx, allow_unserved=True)
+    res = solve_model(build_model(relaxed), relaxed.options)
+    short = {str(b): v for b, v in res.values.get("unserved", {}).items() if v > 1e-9}
+    if not short:
+        return f"epoch {ctx.epoch}: the solver found no plan covering all classes"
+    total = sum(short.values())
+    classes = ", ".join(f"{b!r} {v:.4g}" for b, v in sorted(short.items(), key=lambda kv: (-kv[1], kv[0])))
+    full = _saturated_chips(relaxed, res.values.get("n_vpods", {}))
+    return (
+        f"epoch {ctx.epoch}: the inventory cannot cover all classes together; the best partial plan "
+        f"leaves {total:.4g} req/s unserved ({classes}) with {full or 'no generation'} fully used"
+    )
+
+
+def _saturated_chips(ctx: EpochContext, n: dict[Any, float]) -> str:
+    used: dict[str, float] = {}
+    for r in ctx.groups.itertuples():
+        used[r.chip] = used.get(r.chip, 0.0) + round(n.get(r.group, 0.0)) * float(r.chips_per_vpod)
+    full = []
+    for c, u in sorted(used.items()):
+        inv = ctx.inventory.get(c, math.inf)
+        # saturated: not even the smallest vPod of this generation still fits
+        smallest = ctx.groups.loc[ctx.groups["chip"] == c, "chips_per_vpod"].astype(float).min()
+        if not math.isinf(inv) and inv - u < smallest:
+            full.append(c)
+    return " and ".join(full)
+
+
+def build_context_like(ctx: EpochContext, **changes: Any) -> EpochContext:
+    """A copy of ``ctx`` with some option fields changed (data tables shared, never modified)."""
+    return EpochContext(**{**ctx.__dict__, "options": ctx.options.replace(**changes)})
+
+
+def _check(coeffs: Coefficients) -> None:
+    if not isinstance(coeffs, Coefficients):
+        raise InputError(f"expected Coefficients, got {type(coeffs).__name__}", where="plan")
+
+
+def solve_milp(coeffs: Coefficients, options: PlanOptions | None = None, method: str = "milp") -> Solution:
+    """The epoch allocation MILP, one independent solve per epoch."""
+    _check(coeffs)
+    opts = resolve_options(coeffs, options or PlanOptions())
+    per_epoch = []
+    prep = prepare(coeffs, opts)
+    for e in coeffs.epochs:
+        ctx = build_context(coeffs, opts, e, prep)
+        ep, info = _milp_epoch(ctx)
+        per_epoch.append((ctx, ep, info))
+    return _assemble(method, coeffs, opts, per_epoch, opts.backend, use_solver_objective=True)
+
+
+def unlimited(coeffs: Coefficients, options: PlanOptions | None = None) -> Solution:
+    """The MILP without inventory limits: the reference the paper normalises against.
+
+    Evaluate it against ``coeffs.with_unlimited_inventory()``: it may hold more chips than exist.
+    """
+    _check(coeffs)
+    opts = resolve_options(coeffs, options or PlanOptions())
+    return solve_milp(coeffs.with_unlimited_inventory(), opts, method="unlimited")
+
+
+def greedy(coeffs: Coefficients, options: PlanOptions | None = None) -> Solution:
+    """NeuScale's best-fit heuristic (see :mod:`neuscale_opt.alloc.heuristics`)."""
+    _check(coeffs)
+    opts = resolve_options(coeffs, options or PlanOptions())
+    per_epoch = []
+    prep = prepare(coeffs, opts)
+    for e in coeffs.epochs:
+        ctx = build_context(coeffs, opts, e, prep)
+        ep = greedy_epoch(ctx)
+        per_epoch.append((ctx, ep, {}))
+    return _assemble("greedy", coeffs, opts, per_epoch, None, use_solver_objective=False)
+
+
+def homogeneous_one(coeffs: Coefficients, chip: str, options: PlanOptions | None = None) -> Solution:
+    """The homogeneous baseline on generation ``chip`` only."""
+    _check(coeffs)
+    opts = resolve_options(coeffs, options or PlanOptions())
+    per_epoch = []
+    prep = prepare(coeffs, opts)
+    for e in coeffs.epochs:
+        ctx = build_context(coeffs, opts, e, prep)
+        ep = homogeneous_epoch(ctx, chip)
+        per_epoch.append((ctx, ep, {}))
+    return _assemble("homogeneous", coeffs, opts, per_epoch, None, use_solver_objective=False, meta={"chip": chip})
+
+
+def homogeneous_all(coeffs: Coefficients, options: PlanOptions | None = None) -> dict[str, Solution]:
+    """The homogeneous baseline on each generation that has configurations, by generation name."""
+    chips = sorted(set(coeffs.configs["chip"].astype(str)))
+    return {c: homogeneous_one(coeffs, c, options) for c in chips}
+
+
+def homogeneous(coeffs: Coefficients, options: PlanOptions | None = None, chip: str | None = None) -> Solution:
+    """The best single-generation plan (lowest objective, ties by name), or the one of ``chip``."""
+    if chip is not None:
+        return homogeneous_one(coeffs, chip, options)
+    each = homogeneous_all(coeffs, options)
+    ok = [(s.objective_value, c) for c, s in each.items() if s.has_plan]
+    if ok:
+        best = min(ok)[1]
+        sol = each[best]
+        return Solution(**{**sol.__dict__, "meta": {**sol.meta, "chip": best, "each": _summary(each)}})
+    reasons = "; ".join(f"{c}: {s.diagnosis}" for c, s in sorted(each.items()))
+    opts = resolve_options(coeffs, options or PlanOptions())
+    return Solution(
+        method="homogeneous",
+        status="infeasible",
+        objective=opts.objective,
+        objective_value=math.nan,
+        bound=math.nan,
+        gap=math.nan,
+        solve_seconds=0.0,
+        allocations=empty_allocations(),
+        unserved=tidy_unserved(pd.DataFrame()),
+        totals={},
+        options=opts,
+        penalty_per_req=float(opts.unserved_penalty or 0.0),
+        diagnosis=f"no single generation covers the demand ({reasons})" if each else "no configurations",
+        meta={"each": _summary(each)},
+    )
+
+
+def _summary(each: dict[str, Solution]) -> dict[str, Any]:
+    return {c: {"status": s.status, "objective_value": s.objective_value} for c, s in sorted(each.items())}
+
+
+def plan(coeffs: Coefficients, options: PlanOptions | None = None, method: str = "milp") -> Solution:
+    """Plan with ``method`` in ``milp``, ``greedy``, ``homogeneous``, ``unlimited``."""
+    if method not in METHODS:
+        raise InputError(f"method must be one of {list(METHODS)}, got {method!r}", where="plan")
+    return {"milp": solve_milp, "greedy": greedy, "homogeneous": homogeneous, "unlimited": unlimited}[method](
+        coeffs, options
+    )

@@ -1,0 +1,191 @@
+"""The plan every method returns: a frozen :class:`Solution` with tidy tables and totals.
+
+The MILP, its ``unlimited`` reference, the greedy heuristic and the homogeneous baseline all
+return this type, so :func:`neuscale_opt.alloc.evaluate.evaluate`, the CLI and the benchmarks never
+care who produced a plan.
+
+Allocation rows
+---------------
+One row per (epoch, configuration) that carries traffic, i.e. per (epoch, class, phase, vPod type):
+
+==============  =====  ==========================================================================
+column          unit   meaning
+==============  =====  ==========================================================================
+epoch           -      epoch index
+bucket          -      request class
+phase           -      ``colocated``, ``prefill`` or ``decode``
+chip, shape     -      chip generation and slice shape of the vPod type
+chips_per_vpod  chips  chips of one vPod
+tp, pp, ep      -      parallelism of the vPod type
+batch           -      batch of the vPod type
+vpod_type       -      vPod type key
+config_id       -      ``vpod_type|bucket`` row of ``Coefficients.configs``
+vpod_group      -      the group whose vPods serve the row (= config_id when dedicated, = vpod_type
+                       when pooled)
+n_vpods         vPods  vPods held by the row's **group** in that epoch
+rate_rps        req/s  rate of the class served by the group
+==============  =====  ==========================================================================
+
+In the pooled variant several rows (one per class) share one group, and ``n_vpods`` repeats the
+group's count on each of them: chips are counted once per (epoch, ``vpod_group``), never per row
+(that is what :func:`~neuscale_opt.alloc.evaluate.evaluate` does). In the dedicated variant each
+group has exactly one row. A group holding vPods but carrying no rate gets one row with rate 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from neuscale_opt.alloc.options import PlanOptions
+from neuscale_opt.io import to_json
+
+ALLOC_COLUMNS: tuple[str, ...] = (
+    "epoch",
+    "bucket",
+    "phase",
+    "chip",
+    "shape",
+    "chips_per_vpod",
+    "tp",
+    "pp",
+    "ep",
+    "batch",
+    "vpod_type",
+    "config_id",
+    "vpod_group",
+    "n_vpods",
+    "rate_rps",
+)
+UNSERVED_COLUMNS: tuple[str, ...] = ("epoch", "bucket", "unserved_rps")
+ALLOC_SORT: list[str] = ["epoch", "vpod_group", "bucket", "phase", "config_id"]
+JSON_STATUSES: tuple[str, ...] = ("optimal", "feasible", "time_limit", "infeasible")
+
+
+def stable_float(x: float, digits: int = 10) -> float:
+    """``x`` rounded to ``digits`` significant digits (solver noise below that is dropped), and
+    ``-0.0`` folded to ``0.0``, so that the same plan prints the same bytes."""
+    if x is None or not math.isfinite(x):
+        return x
+    y = float(f"{x:.{digits}g}")
+    return 0.0 if y == 0 else y
+
+
+def empty_allocations() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in ALLOC_COLUMNS})
+
+
+def empty_unserved() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in UNSERVED_COLUMNS})
+
+
+def tidy_allocations(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns in contract order, integer counts, stable floats, rows sorted."""
+    if df.empty:
+        return empty_allocations()
+    out = df[list(ALLOC_COLUMNS)].copy()
+    for c in ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods"):
+        out[c] = out[c].astype(int)
+    out["rate_rps"] = out["rate_rps"].astype(float).map(stable_float)
+    out = out.sort_values(ALLOC_SORT, kind="mergesort").reset_index(drop=True)
+    out.attrs["unit"] = {"rate_rps": "req/s", "n_vpods": "vPods", "chips_per_vpod": "chips"}
+    return out
+
+
+def tidy_unserved(df: pd.DataFrame) -> pd.DataFrame:
+    if df.empty:
+        return empty_unserved()
+    out = df[list(UNSERVED_COLUMNS)].copy()
+    out["epoch"] = out["epoch"].astype(int)
+    out["unserved_rps"] = out["unserved_rps"].astype(float).map(stable_float)
+    out = out[out["unserved_rps"] > 0]
+    return out.sort_values(["epoch", "bucket"], kind="mergesort").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Solution:
+    """A plan for every epoch of the horizon, with how it was found and what it costs.
+
+    ``objective_value`` is the objective actually minimised (the chosen total plus the penalty of
+    unserved demand), summed over epochs; ``bound`` the proven lower bound (NaN for heuristics);
+    ``gap`` = (objective_value - bound)/|objective_value|. ``totals`` is filled by the independent
+    accounting of :mod:`neuscale_opt.alloc.evaluate`: ``energy_j``, ``cost_usd``, ``carbon_kg``
+    (summed over epochs), ``chips_by_version`` (peak chips held per generation over epochs),
+    ``unserved_rps`` (peak over epochs of the total unserved rate) and efficiency ratios.
+    """
+
+    method: str
+    status: str
+    objective: str
+    objective_value: float
+    bound: float
+    gap: float
+    solve_seconds: float
+    allocations: pd.DataFrame
+    unserved: pd.DataFrame
+    totals: dict[str, Any]
+    options: PlanOptions
+    penalty_per_req: float
+    backend: str | None = None
+    diagnosis: str | None = None
+    epochs: tuple[dict[str, Any], ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_plan(self) -> bool:
+        return self.status in ("optimal", "feasible", "time_limit")
+
+    def to_dict(self, timing: bool = True) -> dict[str, Any]:
+        """The JSON contract (see the module docstring and ``formulations/allocation.md``).
+
+        ``solve_seconds`` is the only field that varies between identical runs; ``timing=False``
+        leaves it (and the per-epoch times) out, for byte-for-byte comparisons.
+        """
+        rows = [
+            {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+            for r in self.allocations.to_dict(orient="records")
+        ]
+        unserved = [
+            {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+            for r in self.unserved.to_dict(orient="records")
+        ]
+        epochs = [dict(e) for e in self.epochs]
+        if not timing:
+            for e in epochs:
+                e.pop("solve_seconds", None)
+        out: dict[str, Any] = {
+            "status": self.status,
+            "method": self.method,
+            "objective": self.objective,
+            "objective_value": stable_float(self.objective_value),
+            "bound": stable_float(self.bound),
+            "gap": stable_float(self.gap),
+            "variant": self.options.variant,
+            "serving": self.options.serving,
+            "backend": self.backend,
+            "unserved_penalty_per_req": stable_float(self.penalty_per_req),
+            "totals": _stable(self.totals),
+            "allocations": rows,
+            "unserved": unserved,
+            "epochs": _stable(epochs),
+            "diagnosis": self.diagnosis,
+        }
+        if timing:
+            out["solve_seconds"] = round(self.solve_seconds, 6)
+        return out
+
+    def to_json(self, timing: bool = True) -> str:
+        return to_json(self.to_dict(timing=timing))
+
+
+def _stable(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return stable_float(obj)
+    if isinstance(obj, dict):
+        return {k: _stable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_stable(v) for v in obj]
+    return obj

@@ -1,0 +1,186 @@
+"""The one door to solvers: HiGHS through Pyomo, and OR-Tools as a second backend.
+
+This is the only module of the package that imports solver interfaces. :func:`solve_model` takes
+a built Pyomo model and generic options (time limit, relative gap, threads, seed), and returns a
+:class:`SolveResult`: status, objective, proven bound, relative gap, wall time and the variable
+values. Infeasibility is a status, not an exception.
+
+The OR-Tools backend does not re-formulate anything: it reads the Pyomo model's linear rows
+(``pyomo.repn.generate_standard_repn``) into ``pywraplp`` and solves them with SCIP, so both
+backends solve exactly the same rows.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyomo.environ as pyo
+from pyomo.contrib.appsi.base import TerminationCondition
+from pyomo.contrib.appsi.solvers import Highs
+from pyomo.repn import generate_standard_repn
+
+from neuscale_opt.alloc.options import PlanOptions
+
+#: Statuses a solve can end with (``feasible`` is reserved for heuristics).
+STATUSES: tuple[str, ...] = ("optimal", "feasible", "time_limit", "infeasible")
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """Outcome of one solve.
+
+    ``status``: ``optimal`` (proven within the requested gap), ``time_limit`` (stopped at the limit
+    with an incumbent), ``infeasible`` or ``no_incumbent`` (stopped at the limit without any
+    feasible point). ``objective``/``bound`` are in objective units; ``gap`` is
+    (objective - bound) / max(|objective|, 1e-9). ``values`` maps a variable's name to
+    {index: value}.
+    """
+
+    status: str
+    objective: float
+    bound: float
+    gap: float
+    seconds: float
+    backend: str
+    values: dict[str, dict[Any, float]] = field(default_factory=dict)
+
+    @property
+    def has_plan(self) -> bool:
+        return self.status in ("optimal", "time_limit", "feasible")
+
+
+def relative_gap(objective: float, bound: float) -> float:
+    if not (math.isfinite(objective) and math.isfinite(bound)):
+        return math.inf
+    return max(0.0, objective - bound) / max(abs(objective), 1e-9)
+
+
+def _values(m: pyo.ConcreteModel) -> dict[str, dict[Any, float]]:
+    out: dict[str, dict[Any, float]] = {}
+    for var in m.component_objects(pyo.Var, descend_into=False):
+        out[var.local_name] = {idx: float(v.value) if v.value is not None else 0.0 for idx, v in var.items()}
+    return out
+
+
+def _is_trivial(m: pyo.ConcreteModel) -> bool:
+    return not any(True for _ in m.component_data_objects(pyo.Var, descend_into=False))
+
+
+def solve_model(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
+    """Solve ``m`` with ``options.backend`` under the time limit, gap, threads and seed given."""
+    start = time.perf_counter()
+    if _is_trivial(m):
+        obj = float(pyo.value(m.total_objective.expr))
+        return SolveResult("optimal", obj, obj, 0.0, time.perf_counter() - start, options.backend, {})
+    if options.backend == "highs":
+        res = _solve_highs(m, options)
+    else:
+        res = _solve_ortools(m, options)
+    return SolveResult(
+        res.status, res.objective, res.bound, res.gap, time.perf_counter() - start, res.backend, res.values
+    )
+
+
+def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
+    opt = Highs()
+    opt.config.load_solution = False
+    opt.config.stream_solver = False
+    if options.time_limit_s is not None:
+        opt.config.time_limit = float(options.time_limit_s)
+    opt.config.mip_gap = float(options.mip_gap)
+    opt.highs_options = {
+        "threads": int(options.threads),
+        "random_seed": int(options.seed),
+        "mip_rel_gap": float(options.mip_gap),
+        "mip_abs_gap": 1e-9,
+        "presolve": "on",
+    }
+    res = opt.solve(m)
+    tc = res.termination_condition
+    if tc in (TerminationCondition.infeasible, TerminationCondition.infeasibleOrUnbounded):
+        return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "highs")
+    incumbent = res.best_feasible_objective
+    has_incumbent = incumbent is not None and math.isfinite(incumbent)
+    bound = res.best_objective_bound
+    bound = float(bound) if bound is not None and math.isfinite(bound) else -math.inf
+    if not has_incumbent:
+        status = "no_incumbent" if tc == TerminationCondition.maxTimeLimit else "infeasible"
+        return SolveResult(status, math.nan, bound, math.inf, 0.0, "highs")
+    res.solution_loader.load_vars()
+    obj = float(incumbent)
+    if tc == TerminationCondition.optimal:
+        status = "optimal"
+        bound = min(bound, obj) if math.isfinite(bound) else obj
+    else:
+        status = "time_limit"
+    return SolveResult(status, obj, bound, relative_gap(obj, bound), 0.0, "highs", _values(m))
+
+
+def _linear_rows(m: pyo.ConcreteModel):
+    """Variables, rows (lo, [(var idx, coef)], hi) and objective of a linear Pyomo model."""
+    var_list = list(m.component_data_objects(pyo.Var, descend_into=False, sort=True))
+    pos = {id(v): i for i, v in enumerate(var_list)}
+    rows = []
+    for con in m.component_data_objects(pyo.Constraint, active=True, descend_into=False, sort=True):
+        repn = generate_standard_repn(con.body, compute_values=True, quadratic=False)
+        if not repn.is_linear():
+            raise ValueError(f"constraint {con.name} is not linear")
+        const = float(repn.constant or 0.0)
+        lo = None if con.lower is None else float(pyo.value(con.lower)) - const
+        hi = None if con.upper is None else float(pyo.value(con.upper)) - const
+        terms = [(pos[id(v)], float(c)) for v, c in zip(repn.linear_vars, repn.linear_coefs, strict=True)]
+        rows.append((lo, terms, hi))
+    obj = next(m.component_data_objects(pyo.Objective, active=True, descend_into=False))
+    repn = generate_standard_repn(obj.expr, compute_values=True, quadratic=False)
+    obj_terms = [(pos[id(v)], float(c)) for v, c in zip(repn.linear_vars, repn.linear_coefs, strict=True)]
+    return var_list, rows, obj_terms, float(repn.constant or 0.0)
+
+
+def _solve_ortools(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
+    from ortools.linear_solver import pywraplp
+
+    var_list, rows, obj_terms, obj_const = _linear_rows(m)
+    solver = pywraplp.Solver.CreateSolver("SCIP")
+    if solver is None:  # pragma: no cover - SCIP ships with the ortools wheel
+        raise RuntimeError("OR-Tools was built without SCIP")
+    inf = solver.infinity()
+    xs = []
+    for i, v in enumerate(var_list):
+        lb = -inf if v.lb is None else float(v.lb)
+        ub = inf if v.ub is None else float(v.ub)
+        if v.is_integer():
+            xs.append(solver.IntVar(lb, ub, f"x{i}"))
+        else:
+            xs.append(solver.NumVar(lb, ub, f"x{i}"))
+    for lo, terms, hi in rows:
+        ct = solver.Constraint(-inf if lo is None else lo, inf if hi is None else hi)
+        for j, c in terms:
+            ct.SetCoefficient(xs[j], ct.GetCoefficient(xs[j]) + c)
+    objective = solver.Objective()
+    for j, c in obj_terms:
+        objective.SetCoefficient(xs[j], objective.GetCoefficient(xs[j]) + c)
+    objective.SetOffset(obj_const)
+    objective.SetMinimization()
+    if options.time_limit_s is not None:
+        solver.SetTimeLimit(int(math.ceil(options.time_limit_s * 1000)))
+    solver.SetNumThreads(int(options.threads))
+    params = pywraplp.MPSolverParameters()
+    params.SetDoubleParam(pywraplp.MPSolverParameters.RELATIVE_MIP_GAP, float(options.mip_gap))
+    code = solver.Solve(params)
+    if code == pywraplp.Solver.INFEASIBLE:
+        return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "ortools")
+    if code not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+        return SolveResult("no_incumbent", math.nan, -math.inf, math.inf, 0.0, "ortools")
+    obj = float(objective.Value())
+    bound = float(objective.BestBound())
+    if code == pywraplp.Solver.OPTIMAL:
+        status = "optimal"
+        bound = min(bound, obj)
+    else:
+        status = "time_limit"
+    for v, x in zip(var_list, xs, strict=True):
+        v.set_value(float(x.solution_value()), skip_validation=True)
+    return SolveResult(status, obj, bound, relative_gap(obj, bound), 0.0, "ortools", _values(m))
