@@ -1,0 +1,403 @@
+"""The discrete-event core of the replay: vPods with continuous batching, driven by events.
+
+Events (a heap of vPod events merged with the sorted arrivals and the epoch boundaries; at equal
+times: epoch boundary, then vPod events in the order they were scheduled, then arrivals):
+
+* **epoch boundary** ``e L``: every group is resized to the plan's ``n_vpods`` of epoch ``e``
+  (0 for groups the epoch does not list; all groups at the end of the horizon);
+* **vPod ready**: a created vPod starts admitting ``create_delay_s`` after its epoch boundary;
+* **prefill end** and **decode-segment end** of a vPod;
+* **arrival** of a request.
+
+A vPod is at an *iteration boundary* when it is not executing. There it (1) prefills the head of
+its FIFO queue, batch 1, when fewer than ``slots`` sequences are decoding (the prompt stalls
+decode, as in ``formulations/roofline.md`` section 4); else (2) decodes all its sequences for
+``k`` rounds, ``k`` = rounds until the next sequence finishes; else (3) idles. Between two events
+the batch is fixed, so the ``k`` rounds take ``k tau`` with ``tau`` the roofline round at the
+batch's mean context at the middle of the segment (exact for an uninterrupted segment within one
+roof, because the roofline is affine in the context, see :mod:`neuscale_opt.replay.tables`). An
+arrival that can be admitted cuts a running segment at the next round boundary
+(``ceil((t - t0) / tau)`` rounds); the energy of the rounds done is charged at their own mean
+context. So the loop does O(log) work per event, never one iteration per token.
+
+Context bookkeeping is O(1): a vPod counts decode rounds ``D``; a sequence that joined at ``d0``
+with prompt ``S`` has past context ``S + D - d0`` and finishes at round ``d0 + S_out``, so the
+sum of contexts is ``base + n D`` with ``base = sum(S - d0)``, and finishing rounds sit in a heap.
+
+Lifecycle: a vPod is *held* (chip-hours, static power) from its creation at an epoch boundary to
+the end of its drain. Retired vPods stop admitting, finish their batch and queue, then are
+released; a vPod still draining when its group grows again is taken back before a new one is
+created; a vPod retired before it was ready is released at once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuscale_opt.replay.tables import StepTable
+
+K_READY, K_PREFILL, K_DECODE = 0, 1, 2
+IDLE, PREFILLING, DECODING = 0, 1, 2
+
+
+class _Vpod:
+    __slots__ = (
+        "vid", "group", "tab", "slots", "ready", "retired", "queue", "load", "n_act", "fin", "D", "base",
+        "state", "t0", "tau", "k", "pm0", "ver", "rid", "cut", "held_from", "held_to", "busy_s", "work_s", "energy_j",
+    )  # fmt: skip
+
+    def __init__(self, vid: int, group: _Group, t: float) -> None:
+        self.vid = vid
+        self.group = group
+        self.tab = group.tab
+        self.slots = group.tab.vtype.slots
+        self.ready = False
+        self.retired = False
+        self.queue: deque[int] = deque()
+        self.load = 0  # sequences prefilling, decoding or queued here
+        self.n_act = 0  # sequences decoding
+        self.fin: list[tuple[int, int]] = []  # (finishing round, request)
+        self.D = 0  # decode rounds done
+        self.base = 0  # sum over decoding sequences of (prompt - joining round)
+        self.state = IDLE
+        self.t0 = 0.0
+        self.tau = 0.0
+        self.k = 0
+        self.pm0 = 0.0
+        self.ver = 0
+        self.rid = -1
+        self.cut = False
+        self.held_from = t
+        self.held_to = math.nan
+        self.busy_s = 0.0  # s executing (prefill or decode)
+        self.work_s = 0.0  # s of slot-weighted work: prefill time + decode time x n / slots
+        self.energy_j = 0.0
+
+
+class _Group:
+    __slots__ = ("key", "type_index", "tab", "inv_slots", "live", "ready", "draining", "buckets")
+
+    def __init__(self, key: str, type_index: int, tab: StepTable) -> None:
+        self.key = key
+        self.type_index = type_index
+        self.tab = tab
+        self.inv_slots = 1.0 / tab.vtype.slots
+        self.live: list[_Vpod] = []  # not retired (ready or being created), by vid
+        self.ready: list[_Vpod] = []  # ready and admitting, by vid
+        self.draining: list[_Vpod] = []  # retired, still working
+        self.buckets: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class EpochGroup:
+    """One group of one epoch, as the engine reads it."""
+
+    key: str
+    type_index: int
+    n_vpods: int
+    buckets: tuple[int, ...]  # bucket codes
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """Raw outcome: per-request times (NaN when never served) and per-vPod holding records."""
+
+    start_s: np.ndarray  # prefill start
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    vpod: np.ndarray  # vPod id (-1 = never served)
+    vpod_group: list[str]  # per vPod
+    vpod_type_index: np.ndarray
+    held_from_s: np.ndarray
+    held_to_s: np.ndarray
+    busy_s: np.ndarray
+    work_s: np.ndarray
+    energy_dyn_j: np.ndarray
+    events: int
+
+
+def run(
+    arrival: list[float],
+    s_in: list[int],
+    s_out: list[int],
+    bucket: list[int],
+    n_buckets: int,
+    schedule: list[list[EpochGroup]],
+    epoch_s: float,
+    tables: list[StepTable],
+    create_delay_s: float,
+    warm_start: bool,
+) -> EngineResult:
+    """Replay requests (sorted by arrival) against ``schedule[e]`` for epochs ``e = 0 .. E-1``."""
+    n_req = len(arrival)
+    nan = math.nan
+    start = [nan] * n_req
+    first = [nan] * n_req
+    finish = [nan] * n_req
+    where = [-1] * n_req
+    heap: list[tuple[float, int, int, int, int]] = []
+    seq = 0
+    vpods: list[_Vpod] = []
+    groups: dict[str, _Group] = {}
+    route: list[list[_Group]] = [[] for _ in range(n_buckets)]
+    pending: list[deque[int]] = [deque() for _ in range(n_buckets)]
+    push = heapq.heappush
+    pop = heapq.heappop
+    ceil = math.ceil
+    n_events = 0
+
+    def release(v: _Vpod, t: float) -> None:
+        v.held_to = t
+        g = v.group
+        if v in g.draining:
+            g.draining.remove(v)
+
+    def next_step(v: _Vpod, t: float) -> None:
+        """``v`` is at an iteration boundary at ``t``: prefill, decode or idle."""
+        nonlocal seq
+        tab = v.tab
+        if v.queue and v.n_act < v.slots:
+            rid = v.queue.popleft()
+            s = s_in[rid]
+            stall = tab.pre_stall[s]
+            start[rid] = t
+            first[rid] = t + tab.pre_lat[s]
+            v.energy_j += tab.pre_energy[s]
+            v.busy_s += stall
+            v.work_s += stall
+            v.state = PREFILLING
+            v.rid = rid
+            v.ver += 1
+            seq += 1
+            push(heap, (t + stall, seq, v.vid, v.ver, K_PREFILL))
+        elif v.n_act:
+            n = v.n_act
+            k = v.fin[0][0] - v.D
+            pm0 = (v.base + n * v.D) / n
+            pm = pm0 + (k - 1) * 0.5
+            c = tab.c0[n] + tab.c1[n] * pm
+            h = tab.h0[n] + tab.h1[n] * pm
+            i = tab.ici[n]
+            tau = (c if c > h else h) if (c > i or h > i) else i
+            tau = tab.vtype.pp * tau + tab.p2p[n]
+            v.state = DECODING
+            v.t0 = t
+            v.tau = tau
+            v.k = k
+            v.pm0 = pm0
+            v.cut = False
+            v.ver += 1
+            seq += 1
+            push(heap, (t + k * tau, seq, v.vid, v.ver, K_DECODE))
+        else:
+            v.state = IDLE
+            if v.retired and not v.queue:
+                release(v, t)
+
+    def assign(rid: int, v: _Vpod, t: float) -> None:
+        nonlocal seq
+        v.queue.append(rid)
+        v.load += 1
+        where[rid] = v.vid
+        st = v.state
+        if st == IDLE:
+            next_step(v, t)
+        elif st == DECODING and not v.cut and v.n_act < v.slots:
+            # admit at the next round boundary
+            v.cut = True
+            m = ceil((t - v.t0) / v.tau)
+            if m < v.k:
+                v.k = m
+                v.ver += 1
+                seq += 1
+                te = v.t0 + m * v.tau
+                push(heap, (te if te > t else t, seq, v.vid, v.ver, K_DECODE))
+
+    def best_vpod(b: int) -> _Vpod | None:
+        best = None
+        best_key = math.inf
+        for g in route[b]:
+            inv = g.inv_slots
+            for v in g.ready:
+                key = v.load * inv
+                if key < best_key:
+                    best, best_key = v, key
+        return best
+
+    def route_one(rid: int, t: float) -> None:
+        v = best_vpod(bucket[rid])
+        if v is None:
+            pending[bucket[rid]].append(rid)
+        else:
+            assign(rid, v, t)
+
+    def drain_pending(bs: tuple[int, ...] | range, t: float) -> None:
+        for b in bs:
+            q = pending[b]
+            while q:
+                v = best_vpod(b)
+                if v is None:
+                    break
+                assign(q.popleft(), v, t)
+
+    def make_ready(v: _Vpod) -> None:
+        v.ready = True
+        g = v.group
+        g.ready.append(v)
+        g.ready.sort(key=_vid)
+
+    def retire(v: _Vpod, t: float) -> None:
+        g = v.group
+        v.retired = True
+        g.live.remove(v)
+        if not v.ready:  # cancelled while being created: its ready event is dropped
+            v.ver += 1
+            v.held_to = t
+            return
+        g.ready.remove(v)
+        if v.state == IDLE and not v.queue and not v.n_act:
+            v.held_to = t
+        else:
+            g.draining.append(v)
+
+    def resize(g: _Group, n: int, t: float, ready_now: bool) -> None:
+        nonlocal seq
+        live = g.live
+        while len(live) < n and g.draining:
+            v = min(g.draining, key=_vid)
+            g.draining.remove(v)
+            v.retired = False
+            live.append(v)
+            live.sort(key=_vid)
+            make_ready(v)
+        while len(live) < n:
+            v = _Vpod(len(vpods), g, t)
+            vpods.append(v)
+            live.append(v)
+            if ready_now:
+                make_ready(v)
+            else:
+                v.ver += 1
+                seq += 1
+                push(heap, (t + create_delay_s, seq, v.vid, v.ver, K_READY))
+        excess = len(live) - n
+        if excess > 0:
+            creating = sorted((v for v in live if not v.ready), key=_vid, reverse=True)
+            serving = sorted((v for v in live if v.ready), key=lambda v: (v.load, -v.vid))
+            for v in (creating + serving)[:excess]:
+                retire(v, t)
+
+    def epoch(e: int, t: float) -> None:
+        target = schedule[e] if e < len(schedule) else []
+        wanted = {eg.key for eg in target}
+        for key in sorted(groups):
+            if key not in wanted:
+                resize(groups[key], 0, t, False)
+                groups[key].buckets = ()
+        ready_now = create_delay_s <= 0.0 or (e == 0 and warm_start)
+        for eg in target:
+            g = groups.get(eg.key)
+            if g is None:
+                g = groups[eg.key] = _Group(eg.key, eg.type_index, tables[eg.type_index])
+            g.buckets = eg.buckets
+            resize(g, eg.n_vpods, t, ready_now)
+        for r in route:
+            r.clear()
+        for eg in target:
+            for b in eg.buckets:
+                route[b].append(groups[eg.key])
+        drain_pending(range(n_buckets), t)
+        for g in groups.values():
+            for v in g.ready:
+                if v.state == IDLE and v.queue:
+                    next_step(v, t)
+
+    n_epochs = len(schedule)
+    i_arr = 0
+    ei = 0
+    inf = math.inf
+    while True:
+        t_arr = arrival[i_arr] if i_arr < n_req else inf
+        t_ep = ei * epoch_s if ei <= n_epochs else inf
+        t_ev = heap[0][0] if heap else inf
+        if t_ep <= t_ev and t_ep <= t_arr:
+            if t_ep == inf:
+                break
+            epoch(ei, t_ep)
+            ei += 1
+            continue
+        if t_ev <= t_arr:
+            t, _, vid, ver, kind = pop(heap)
+            v = vpods[vid]
+            if ver != v.ver:
+                continue
+            n_events += 1
+            if kind == K_DECODE:
+                k = v.k
+                if k:
+                    n = v.n_act
+                    tab = v.tab
+                    v.energy_j += k * (tab.e0[n] + tab.e1[n] * (v.pm0 + (k - 1) * 0.5))
+                    v.busy_s += t - v.t0
+                    v.work_s += (t - v.t0) * n / v.slots
+                    v.D += k
+                fin = v.fin
+                d = v.D
+                while fin and fin[0][0] <= d:
+                    fs, rid = pop(fin)
+                    finish[rid] = t
+                    v.n_act -= 1
+                    v.load -= 1
+                    v.base -= s_in[rid] - (fs - s_out[rid])
+                v.state = IDLE
+                next_step(v, t)
+            elif kind == K_PREFILL:
+                rid = v.rid
+                v.rid = -1
+                so = s_out[rid]
+                if so > 0:
+                    d = v.D
+                    heapq.heappush(v.fin, (d + so, rid))
+                    v.base += s_in[rid] - d
+                    v.n_act += 1
+                else:
+                    finish[rid] = first[rid]
+                    v.load -= 1
+                v.state = IDLE
+                next_step(v, t)
+            else:  # K_READY
+                make_ready(v)
+                drain_pending(v.group.buckets, t)
+                if v.state == IDLE:
+                    next_step(v, t)
+            continue
+        n_events += 1
+        route_one(i_arr, t_arr)
+        i_arr += 1
+
+    for v in vpods:  # nothing should be left held; close defensively at the last event time
+        if math.isnan(v.held_to):
+            v.held_to = max(v.held_from, n_epochs * epoch_s)
+    return EngineResult(
+        start_s=np.asarray(start, dtype=np.float64),
+        first_token_s=np.asarray(first, dtype=np.float64),
+        finish_s=np.asarray(finish, dtype=np.float64),
+        vpod=np.asarray(where, dtype=np.int64),
+        vpod_group=[v.group.key for v in vpods],
+        vpod_type_index=np.asarray([v.group.type_index for v in vpods], dtype=np.int64),
+        held_from_s=np.asarray([v.held_from for v in vpods], dtype=np.float64),
+        held_to_s=np.asarray([v.held_to for v in vpods], dtype=np.float64),
+        busy_s=np.asarray([v.busy_s for v in vpods], dtype=np.float64),
+        work_s=np.asarray([v.work_s for v in vpods], dtype=np.float64),
+        energy_dyn_j=np.asarray([v.energy_j for v in vpods], dtype=np.float64),
+        events=n_events,
+    )
+
+
+def _vid(v: _Vpod) -> int:
+    return v.vid

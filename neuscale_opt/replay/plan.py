@@ -1,0 +1,344 @@
+"""Read a plan (the allocation planner's JSON contract) and check it against an instance.
+
+A plan is ``{"status", "method", "objective", ..., "allocations": [row, ...]}`` with one row per
+(epoch, class, phase, vPod type) (see ``neuscale_opt/alloc/solution.py``). Each row names the vPod
+type (``chip``, ``shape``, ``chips_per_vpod``, ``tp``, ``pp``, ``ep``, ``batch``, ``phase``), the
+class it serves (``bucket``), the vPods its **group** holds in that epoch (``n_vpods``) and
+optionally ``vpod_type``, ``config_id``, ``vpod_group`` and ``rate_rps``. In the pooled variant
+several rows share one ``vpod_group`` and repeat its ``n_vpods``; the group's vPods serve every
+class listed for it. Without ``vpod_group`` a row is its own (dedicated) group, keyed by its
+``config_id`` (``vpod_type|bucket``).
+
+Checks (all problems collected, then one :class:`~neuscale_opt.errors.InputError`, exit code 2,
+one line naming the file and the field):
+
+* malformed JSON, a top level that is not an object, no ``allocations`` list;
+* a row without a required field, a count that is not an integer, a negative count, a zero
+  ``chips_per_vpod``/``tp``/``pp``/``ep``/``batch``;
+* an unknown chip (not in the instance's fleet), an unknown class, an unknown phase;
+* a shape that is not ``AxB[xC]``, not allowed on the chip, or whose chips differ from
+  ``chips_per_vpod`` or ``tp x pp``; ``ep`` not 1 or ``tp``;
+* rows of one (epoch, group) that disagree on ``n_vpods`` or on the vPod type;
+* more chips of a generation in an epoch than the fleet's healthy chips (each group counted once);
+* an epoch that holds arrivals of the trace but has no allocation row (missing epochs);
+* prefill/decode rows (disaggregated serving): the replay does not model the KV hand-off yet, so
+  such a plan is refused rather than judged wrongly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from neuscale_opt.catalog import get_chip
+from neuscale_opt.errors import InputError
+from neuscale_opt.instance import Instance
+
+REQUIRED_FIELDS: tuple[str, ...] = (
+    "epoch",
+    "bucket",
+    "phase",
+    "chip",
+    "shape",
+    "chips_per_vpod",
+    "tp",
+    "pp",
+    "ep",
+    "batch",
+    "n_vpods",
+)
+INT_FIELDS: tuple[str, ...] = ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods")
+POSITIVE_FIELDS: tuple[str, ...] = ("chips_per_vpod", "tp", "pp", "ep", "batch")
+TYPE_FIELDS: tuple[str, ...] = ("chip", "shape", "tp", "pp", "ep", "batch", "phase")
+PHASES: tuple[str, ...] = ("colocated", "prefill", "decode")
+MAX_LISTED = 5  # problems spelled out in the one-line message; the rest are counted
+
+
+@dataclass(frozen=True)
+class VpodType:
+    """The structure of a vPod: chip, slice shape, parallelism, batch and phase."""
+
+    chip: str
+    shape: tuple[int, ...]
+    tp: int
+    pp: int
+    ep: int
+    batch: int
+    phase: str
+
+    @property
+    def chips(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def slots(self) -> int:
+        """Sequences a vPod holds: ``batch`` per micro-batch, ``pp`` micro-batches in flight."""
+        return self.batch * self.pp
+
+    @property
+    def key(self) -> str:
+        """Same key format as ``candidates.evaluate_grid`` (``vpod_type`` column)."""
+        shape = "x".join(str(s) for s in self.shape)
+        return f"{self.chip}:{shape}:tp{self.tp}pp{self.pp}ep{self.ep}:b{self.batch}:{self.phase}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated plan: allocation rows plus the group table the replay runs.
+
+    ``groups``: one row per (epoch, vpod_group) with ``type_index`` (into ``types``), ``n_vpods``
+    and ``buckets`` (tuple of the classes it serves, sorted). ``n_epochs``: epochs the replay
+    covers (the plan's last epoch or the trace's, whichever is later, plus one).
+    """
+
+    rows: pd.DataFrame
+    groups: pd.DataFrame
+    types: tuple[VpodType, ...]
+    n_epochs: int
+    source: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _fail(problems: list[str], where: str) -> None:
+    if not problems:
+        return
+    shown = problems[:MAX_LISTED]
+    more = len(problems) - len(shown)
+    msg = "; ".join(shown) + (f"; and {more} more" if more else "")
+    raise InputError(msg, where=where)
+
+
+def _read(src: str | Path | dict) -> tuple[dict, str]:
+    if isinstance(src, dict):
+        return src, "<plan>"
+    where = str(src)
+    try:
+        text = Path(src).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("no such file", where=where) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a plan file", where=where) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read ({exc})", where=where) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", where=where) from None
+    if not isinstance(data, dict):
+        raise InputError("the plan must be a JSON object with an 'allocations' list", where=where)
+    return data, where
+
+
+def _as_int(v: Any) -> int | None:
+    """``v`` as an int when it is an integer (``3`` or ``3.0``), else None (bools are not counts)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        return int(v)
+    return None
+
+
+def _parse_shape(s: Any) -> tuple[int, ...] | None:
+    if isinstance(s, int) and not isinstance(s, bool):
+        s = str(s)
+    if not isinstance(s, str) or not s:
+        return None
+    try:
+        dims = tuple(int(x) for x in s.lower().split("x"))
+    except ValueError:
+        return None
+    return dims if all(d > 0 for d in dims) else None
+
+
+def _shape_allowed(chip_name: str, shape: tuple[int, ...]) -> bool:
+    chip = get_chip(chip_name)
+    dims = tuple(sorted(shape))
+    for s in chip.slice_shapes:
+        if s == "cubes":
+            pod = sorted(chip.pod_dims)
+            if len(dims) == 3 and all(d % 4 == 0 for d in dims) and all(a <= b for a, b in zip(dims, pod, strict=True)):
+                return True
+        elif tuple(sorted(int(x) for x in s.split("x"))) == dims:
+            return True
+    return False
+
+
+def instance_bucket_names(inst: Instance) -> list[str]:
+    """Class names of the instance: explicit classes, or the buckets of its bucket spec."""
+    if inst.workload.classes:
+        return [c.name for c in inst.workload.classes]
+    from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_names
+
+    return list(bucket_names(inst.workload.buckets or DEFAULT_BUCKETS))
+
+
+def _check_row(i: int, r: Any, inst: Instance, buckets: set[str]) -> tuple[list[str], dict | None]:
+    at = f"allocations[{i}]"
+    if not isinstance(r, dict):
+        return [f"{at}: not an object"], None
+    probs: list[str] = []
+    missing = [f for f in REQUIRED_FIELDS if f not in r]
+    if missing:
+        return [f"{at}: missing {', '.join(missing)}"], None
+    row = dict(r)
+    for f in INT_FIELDS:
+        v = _as_int(r[f])
+        if v is None:
+            probs.append(f"{at}.{f}: {r[f]!r} is not an integer")
+            continue
+        if v < 0:
+            probs.append(f"{at}.{f}: negative ({v})")
+        elif f in POSITIVE_FIELDS and v == 0:
+            probs.append(f"{at}.{f}: must be >= 1")
+        row[f] = v
+    if "rate_rps" in r:
+        rate = r["rate_rps"]
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate):
+            probs.append(f"{at}.rate_rps: {rate!r} is not a number")
+        elif rate < 0:
+            probs.append(f"{at}.rate_rps: negative ({rate})")
+    if r["phase"] not in PHASES:
+        probs.append(f"{at}.phase: unknown phase {r['phase']!r} (colocated, prefill or decode)")
+    elif r["phase"] != "colocated":
+        probs.append(
+            f"{at}.phase: {r['phase']!r} rows (disaggregated serving) are not supported by replay; "
+            "replay a colocated plan"
+        )
+    if r["chip"] not in inst.chip_names:
+        probs.append(f"{at}.chip: unknown chip {r['chip']!r} (fleet: {', '.join(inst.chip_names)})")
+    if str(r["bucket"]) not in buckets:
+        probs.append(f"{at}.bucket: unknown class {r['bucket']!r} (instance: {', '.join(sorted(buckets))})")
+    shape = _parse_shape(r["shape"])
+    if shape is None:
+        probs.append(f"{at}.shape: {r['shape']!r} is not AxB or AxBxC")
+    if probs:
+        return probs, None
+    chips = math.prod(shape)
+    if chips != row["chips_per_vpod"] or row["tp"] * row["pp"] != chips:
+        probs.append(
+            f"{at}.shape: {r['shape']} has {chips} chips but chips_per_vpod = {row['chips_per_vpod']}, "
+            f"tp x pp = {row['tp'] * row['pp']}"
+        )
+    elif not _shape_allowed(r["chip"], shape):
+        probs.append(f"{at}.shape: {r['shape']} is not a slice shape of {r['chip']}")
+    if row["ep"] not in (1, row["tp"]):
+        probs.append(f"{at}.ep: {row['ep']} must be 1 or tp ({row['tp']})")
+    row["shape_t"] = shape
+    row["bucket"] = str(r["bucket"])
+    return probs, row
+
+
+def load_plan(
+    src: str | Path | dict,
+    instance: Instance,
+    trace: pd.DataFrame | None = None,
+) -> Plan:
+    """Read and validate a plan against ``instance`` (and the arrivals of ``trace``, if given).
+
+    ``trace`` (canonical per-request table) sets which epochs must be present: every epoch
+    ``floor(arrival_s / epochs.length_s)`` that holds an arrival. Without it no epoch is required.
+    """
+    data, where = _read(src)
+    allocs = data.get("allocations")
+    if not isinstance(allocs, list):
+        raise InputError("'allocations' is missing or not a list", where=where)
+    buckets = set(instance_bucket_names(instance))
+    problems: list[str] = []
+    rows: list[dict] = []
+    for i, r in enumerate(allocs):
+        p, row = _check_row(i, r, instance, buckets)
+        problems.extend(p)
+        if row is not None and not p:
+            row["_row"] = i
+            rows.append(row)
+    _fail(problems, where)
+
+    types: list[VpodType] = []
+    type_index: dict[VpodType, int] = {}
+    # (epoch, group) -> (type, n, first row, buckets)
+    groups: dict[tuple[int, str], dict] = {}
+    for row in rows:
+        vt = VpodType(row["chip"], row["shape_t"], row["tp"], row["pp"], row["ep"], row["batch"], row["phase"])
+        if vt not in type_index:
+            type_index[vt] = len(types)
+            types.append(vt)
+        gid = row.get("vpod_group") or row.get("config_id") or f"{vt.key}|{row['bucket']}"
+        gid = str(gid)
+        row["group"] = gid
+        key = (row["epoch"], gid)
+        g = groups.get(key)
+        at = f"allocations[{row['_row']}]"
+        if g is None:
+            groups[key] = {"type": vt, "n": row["n_vpods"], "row": row["_row"], "buckets": {row["bucket"]}}
+            continue
+        if g["type"] != vt:
+            problems.append(f"{at}: group {gid!r} of epoch {row['epoch']} mixes vPod types ({g['type'].key}, {vt.key})")
+        if g["n"] != row["n_vpods"]:
+            problems.append(
+                f"{at}.n_vpods: {row['n_vpods']} but allocations[{g['row']}] gives group {gid!r} "
+                f"{g['n']} vPods in epoch {row['epoch']}"
+            )
+        g["buckets"].add(row["bucket"])
+    _fail(problems, where)
+
+    # Inventory: chips held per (epoch, generation), each group once.
+    healthy = instance.healthy_chips()
+    held: dict[tuple[int, str], int] = {}
+    for (e, _gid), g in groups.items():
+        k = (e, g["type"].chip)
+        held[k] = held.get(k, 0) + g["n"] * g["type"].chips
+    over: dict[str, list[tuple[int, int]]] = {}
+    for (e, chip), n in sorted(held.items()):
+        if n > healthy[chip]:
+            over.setdefault(chip, []).append((e, n))
+    for chip in sorted(over):
+        (e, n), rest = over[chip][0], len(over[chip]) - 1
+        also = f" (and in {rest} more epoch{'s' if rest > 1 else ''})" if rest else ""
+        problems.append(f"epoch {e}: {n} {chip} chips planned, the fleet has {healthy[chip]} healthy{also}")
+    _fail(problems, where)
+
+    length = instance.epochs.length_s
+    plan_epochs = {e for e, _ in groups}
+    last = max(plan_epochs) if plan_epochs else -1
+    if trace is not None and len(trace):
+        arr = trace["arrival_s"].to_numpy(np.float64)
+        need = np.unique(np.floor(arr / length).astype(np.int64))
+        missing = [int(e) for e in need if int(e) not in plan_epochs]
+        if missing:
+            shown = ", ".join(str(e) for e in missing[:8]) + (" ..." if len(missing) > 8 else "")
+            raise InputError(
+                f"missing epochs: the trace has arrivals in epoch(s) {shown} but the plan has no allocation "
+                f"for them ({len(missing)} of {len(need)} epochs of {length:g} s)",
+                where=where,
+            )
+        last = max(last, int(need[-1]))
+    n_epochs = last + 1
+
+    group_rows = [
+        {
+            "epoch": e,
+            "vpod_group": gid,
+            "type_index": type_index[g["type"]],
+            "vpod_type": g["type"].key,
+            "chip": g["type"].chip,
+            "chips_per_vpod": g["type"].chips,
+            "n_vpods": g["n"],
+            "buckets": tuple(sorted(g["buckets"])),
+        }
+        for (e, gid), g in sorted(groups.items())
+    ]
+    gdf = pd.DataFrame(
+        group_rows,
+        columns=["epoch", "vpod_group", "type_index", "vpod_type", "chip", "chips_per_vpod", "n_vpods", "buckets"],
+    )
+    rdf = pd.DataFrame([{k: v for k, v in r.items() if k not in ("shape_t", "_row")} for r in rows])
+    meta = {k: data[k] for k in ("status", "method", "objective", "variant", "serving") if k in data}
+    return Plan(rows=rdf, groups=gdf, types=tuple(types), n_epochs=n_epochs, source=where, meta=meta)

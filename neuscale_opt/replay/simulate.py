@@ -1,0 +1,457 @@
+"""Replay a trace against a plan and account for every request, vPod and joule.
+
+:func:`replay` is the library door: trace + plan + instance -> :class:`ReplayResult`. The event
+engine is :mod:`neuscale_opt.replay.engine`; the roofline step tables are
+:mod:`neuscale_opt.replay.tables`. The model and its choices are documented in
+``neuscale_opt/replay/README.md``.
+
+Per request
+-----------
+``ttft_s = first token - arrival`` (queueing included), ``tpot_s = (finish - first token) /
+output_tokens`` (the roofline's convention, ``e2e = TTFT + S_out TPOT``; NaN for a request with no
+output token), ``e2e_s = finish - arrival``. A request meets its SLO when it was served and each of
+its class's targets (``ttft_slo_s``, ``tpot_slo_s``, ``e2e_slo_s`` of
+``build_coefficients(instance).buckets``; NaN = no target) holds (relative tolerance ``slo_rtol``).
+A request never served (its class has no vPod before the horizon ends) misses its SLO.
+
+Totals
+------
+* ``energy_j = PUE x (dynamic + static)``: dynamic = roofline energy of every prefill and decode
+  round executed (R10); static = static power of the vPod's chips x time held;
+* ``cost_usd = sum chip-hours held x price per chip-hour``;
+* ``carbon_kg = energy_j / 3.6e6 x carbon intensity + chip-hours x embodied kg per chip-hour``;
+* ``tokens_per_joule`` and ``tokens_per_usd`` count **output** tokens of served requests;
+* ``busy_fraction`` of a generation = chip-seconds executing (prefill or decode) / chip-seconds
+  held; with continuous batching a vPod decoding one sequence is "busy", so the capacity measure is
+  ``utilisation`` = chip-seconds of slot-weighted work / chip-seconds held, where a prefill counts
+  in full and a decode round of ``n`` sequences on ``slots`` counts ``n / slots`` of its time (the
+  time-averaged share of the vPod's batch in use).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from neuscale_opt.coefficients import J_PER_KWH, Coefficients
+from neuscale_opt.errors import InputError
+from neuscale_opt.instance import Instance
+from neuscale_opt.replay.engine import EngineResult, EpochGroup, run
+from neuscale_opt.replay.plan import Plan, instance_bucket_names, load_plan
+from neuscale_opt.replay.tables import StepTable, build_table
+
+SECONDS_PER_HOUR = 3600.0
+DEFAULT_CREATE_DELAY_S = 30.0
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """Knobs of the replay.
+
+    ``create_delay_s`` (default 30 s): time from an epoch boundary at which the plan adds a vPod to
+    the moment it admits requests. It is dominated by loading the weights: Llama-3-70B in bf16 is
+    141 GB, about 20 s from local NVMe at 7 GB/s, plus runtime start-up and compilation from a
+    warm cache; published cold starts of 70B-class servers run 30-60 s and more from object
+    storage. The vPod is held (paid, static power) during the delay. ``warm_start`` (default True):
+    the vPods of epoch 0 exist before the horizon starts (ready and held from t = 0), so the replay
+    judges the plan, not the cold start of an empty cluster. ``slo_rtol``: relative tolerance of
+    the SLO comparisons (as ``coefficients.meets_slo``).
+    """
+
+    create_delay_s: float = DEFAULT_CREATE_DELAY_S
+    warm_start: bool = True
+    slo_rtol: float = 1e-9
+
+    def __post_init__(self) -> None:
+        if not (self.create_delay_s >= 0 and math.isfinite(self.create_delay_s)):
+            raise InputError(f"create_delay_s must be a finite number >= 0, got {self.create_delay_s}", where="replay")
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """Outcome of a replay: per-request and per-vPod tables, summaries and totals (units in names)."""
+
+    requests: pd.DataFrame
+    vpods: pd.DataFrame
+    by_generation: pd.DataFrame
+    by_bucket: pd.DataFrame
+    by_epoch: pd.DataFrame
+    totals: dict[str, Any]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (no per-request rows; see ``requests`` for those). Deterministic."""
+        return {
+            **self.totals,
+            "by_generation": _records(self.by_generation),
+            "by_bucket": _records(self.by_bucket),
+            "by_epoch": _records(self.by_epoch),
+            "meta": self.meta,
+        }
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in df.to_dict(orient="records")]
+
+
+# ----------------------------------------------------------------------------------------------
+# inputs
+
+
+def instance_trace(inst: Instance) -> pd.DataFrame:
+    """The per-request trace the instance names (``workload.trace``)."""
+    if inst.workload.trace is None:
+        raise InputError("the instance has explicit classes and no trace; give --trace", where="workload.trace")
+    from neuscale_opt.traces.loaders import load_trace
+
+    return load_trace(inst.workload.trace, inst.base_dir)
+
+
+def request_buckets(trace: pd.DataFrame, inst: Instance) -> np.ndarray:
+    """Class code (position in :func:`instance_bucket_names`) of every request.
+
+    A ``bucket`` column in the trace wins (names of the instance's classes); otherwise the
+    instance's bucket spec (``workload.buckets``, default ``DEFAULT_BUCKETS``) assigns them.
+    """
+    names = instance_bucket_names(inst)
+    where = str(trace.attrs.get("source", "trace"))
+    if "bucket" in trace.columns:
+        codes = pd.Categorical(trace["bucket"].astype(str), categories=names).codes.astype(np.int64)
+        if (codes < 0).any():
+            i = int(np.flatnonzero(codes < 0)[0])
+            raise InputError(
+                f"row {i + 1}, column 'bucket': unknown class {trace['bucket'].iloc[i]!r} ({', '.join(names)})",
+                where=where,
+            )
+        return codes
+    if inst.workload.classes:
+        raise InputError(
+            "the instance defines explicit classes: the trace needs a 'bucket' column naming them", where=where
+        )
+    from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, assign_buckets
+
+    cat = assign_buckets(trace, inst.workload.buckets or DEFAULT_BUCKETS)
+    return pd.Categorical(cat.astype(str), categories=names).codes.astype(np.int64)
+
+
+def _schedule(plan: Plan, codes: dict[str, int]) -> list[list[EpochGroup]]:
+    sched: list[list[EpochGroup]] = [[] for _ in range(plan.n_epochs)]
+    for r in plan.groups.itertuples(index=False):
+        sched[int(r.epoch)].append(
+            EpochGroup(str(r.vpod_group), int(r.type_index), int(r.n_vpods), tuple(codes[b] for b in r.buckets))
+        )
+    return sched
+
+
+# ----------------------------------------------------------------------------------------------
+# the door
+
+
+def replay(
+    plan: Plan | str | Path | dict,
+    instance: Instance,
+    trace: pd.DataFrame | None = None,
+    options: ReplayOptions | None = None,
+    coeffs: Coefficients | None = None,
+) -> ReplayResult:
+    """Replay ``trace`` (default: the instance's) against ``plan`` on ``instance``'s fleet.
+
+    ``plan`` is a :class:`Plan` or anything :func:`load_plan` reads (checked against the instance
+    and the trace's epochs). ``coeffs`` (default ``build_coefficients(instance)``) gives the
+    classes' SLO targets.
+    """
+    opts = options or ReplayOptions()
+    if trace is None:
+        trace = instance_trace(instance)
+    for c in ("arrival_s", "input_tokens", "output_tokens"):
+        if c not in trace.columns:
+            raise InputError(f"trace lacks column {c!r}", where=str(trace.attrs.get("source", "trace")))
+    if not isinstance(plan, Plan):
+        plan = load_plan(plan, instance, trace)
+    if coeffs is None:
+        from neuscale_opt.candidates import build_coefficients
+
+        coeffs = build_coefficients(instance)
+    names = instance_bucket_names(instance)
+    codes = {b: i for i, b in enumerate(names)}
+
+    order = np.argsort(trace["arrival_s"].to_numpy(np.float64), kind="stable")
+    tr = trace.iloc[order].reset_index(drop=True)
+    arrival = tr["arrival_s"].to_numpy(np.float64)
+    if len(arrival) and arrival[0] < 0:
+        raise InputError("negative arrival_s", where=str(trace.attrs.get("source", "trace")))
+    s_in = tr["input_tokens"].to_numpy(np.int64)
+    s_out = tr["output_tokens"].to_numpy(np.int64)
+    bcode = request_buckets(tr, instance)
+    max_in = int(s_in.max()) if len(s_in) else 0
+    tables = [build_table(instance, vt, max_in) for vt in plan.types]
+    res = run(
+        arrival.tolist(),
+        s_in.tolist(),
+        s_out.tolist(),
+        bcode.tolist(),
+        len(names),
+        _schedule(plan, codes),
+        instance.epochs.length_s,
+        tables,
+        opts.create_delay_s,
+        opts.warm_start,
+    )
+    return _account(res, tr, bcode, names, plan, tables, instance, coeffs, opts)
+
+
+# ----------------------------------------------------------------------------------------------
+# accounting
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    x = x[~np.isnan(x)]
+    return float(np.percentile(x, q)) if len(x) else math.nan
+
+
+def _ok(value: np.ndarray, target: np.ndarray, rtol: float) -> np.ndarray:
+    """Target NaN = no target; a NaN value (not applicable, e.g. TPOT of a 0-token answer) passes."""
+    with np.errstate(invalid="ignore"):
+        return np.isnan(target) | np.isnan(value) | (value <= target * (1.0 + rtol))
+
+
+def _peak_chips(start: np.ndarray, end: np.ndarray, chips: np.ndarray) -> int:
+    """Largest number of chips held at once (releases at a time counted before acquisitions)."""
+    if len(start) == 0:
+        return 0
+    t = np.concatenate([end, start])
+    d = np.concatenate([-chips, chips])
+    order = np.lexsort((d, t))
+    return int(max(np.cumsum(d[order]).max(), 0))
+
+
+def _account(
+    res: EngineResult,
+    tr: pd.DataFrame,
+    bcode: np.ndarray,
+    names: list[str],
+    plan: Plan,
+    tables: list[StepTable],
+    inst: Instance,
+    coeffs: Coefficients,
+    opts: ReplayOptions,
+) -> ReplayResult:
+    arrival = tr["arrival_s"].to_numpy(np.float64)
+    s_in = tr["input_tokens"].to_numpy(np.int64)
+    s_out = tr["output_tokens"].to_numpy(np.int64)
+    served = res.vpod >= 0
+    ttft = res.first_token_s - arrival
+    e2e = res.finish_s - arrival
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(s_out > 0, (res.finish_s - res.first_token_s) / np.maximum(s_out, 1), np.nan)
+    slo = coeffs.buckets.set_index("bucket").reindex(names)
+    t_ttft = slo["ttft_slo_s"].to_numpy(np.float64)[bcode]
+    t_tpot = slo["tpot_slo_s"].to_numpy(np.float64)[bcode]
+    t_e2e = slo["e2e_slo_s"].to_numpy(np.float64)[bcode]
+    rt = opts.slo_rtol
+    ttft_ok = served & _ok(ttft, t_ttft, rt)
+    tpot_ok = served & _ok(tpot, t_tpot, rt)
+    e2e_ok = served & _ok(e2e, t_e2e, rt)
+    met = ttft_ok & tpot_ok & e2e_ok
+
+    vtype = [tables[i].vtype for i in res.vpod_type_index]
+    vp_chip = np.array([v.chip for v in vtype], dtype=object)
+    vp_chips = np.array([v.chips for v in vtype], dtype=np.int64)
+    held_s = res.held_to_s - res.held_from_s
+    static_w = np.array([tables[i].static_w for i in res.vpod_type_index], dtype=np.float64)
+    price_h = np.array([tables[i].price_usd_per_hour for i in res.vpod_type_index], dtype=np.float64)
+    emb_h = np.array([tables[i].embodied_kg_per_hour for i in res.vpod_type_index], dtype=np.float64)
+    pue = inst.energy.pue
+    intensity = inst.energy.carbon_kg_per_kwh
+    vpods = pd.DataFrame(
+        {
+            "vpod": np.arange(len(vtype), dtype=np.int64),
+            "vpod_group": res.vpod_group,
+            "vpod_type": [v.key for v in vtype],
+            "chip": vp_chip,
+            "chips": vp_chips,
+            "held_from_s": res.held_from_s,
+            "held_to_s": res.held_to_s,
+            "held_s": held_s,
+            "busy_s": res.busy_s,
+            "work_s": res.work_s,
+            "energy_dynamic_j": res.energy_dyn_j,
+            "energy_static_j": static_w * held_s,
+            "cost_usd": price_h * held_s / SECONDS_PER_HOUR,
+            "embodied_kg": emb_h * held_s / SECONDS_PER_HOUR,
+        }
+    )
+    vpods.attrs["unit"] = {"held_s": "s", "energy_dynamic_j": "J (before PUE)", "cost_usd": "USD"}
+
+    req_chip = np.where(served, vp_chip[np.maximum(res.vpod, 0)] if len(vtype) else "", "")
+    requests = pd.DataFrame(
+        {
+            "arrival_s": arrival,
+            "bucket": np.asarray(names, dtype=object)[bcode],
+            "input_tokens": s_in,
+            "output_tokens": s_out,
+            "vpod": res.vpod,
+            "chip": req_chip,
+            "queue_s": res.start_s - arrival,
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2e_s": e2e,
+            "ttft_ok": ttft_ok,
+            "tpot_ok": tpot_ok,
+            "e2e_ok": e2e_ok,
+            "slo_met": met,
+        }
+    )
+    requests.attrs["unit"] = {"arrival_s": "s", "ttft_s": "s", "tpot_s": "s/token", "e2e_s": "s"}
+
+    # per generation
+    gen_rows = []
+    for chip in inst.chip_names:
+        m = vp_chip == chip
+        chip_s = float((held_s[m] * vp_chips[m]).sum())
+        busy_chip_s = float((res.busy_s[m] * vp_chips[m]).sum())
+        work_chip_s = float((res.work_s[m] * vp_chips[m]).sum())
+        dyn = float(res.energy_dyn_j[m].sum())
+        stat = float((static_w[m] * held_s[m]).sum())
+        emb_kg = float(vpods["embodied_kg"].to_numpy()[m].sum())
+        gen_rows.append(
+            {
+                "chip": chip,
+                "vpods": int(m.sum()),
+                "chip_hours": chip_s / SECONDS_PER_HOUR,
+                "busy_chip_hours": busy_chip_s / SECONDS_PER_HOUR,
+                "busy_fraction": busy_chip_s / chip_s if chip_s > 0 else math.nan,
+                "utilisation": work_chip_s / chip_s if chip_s > 0 else math.nan,
+                "peak_chips_held": _peak_chips(res.held_from_s[m], res.held_to_s[m], vp_chips[m]),
+                "healthy_chips": int(inst.healthy_chips()[chip]),
+                "energy_dynamic_j": dyn,
+                "energy_static_j": stat,
+                "energy_j": pue * (dyn + stat),
+                "cost_usd": float(vpods["cost_usd"].to_numpy()[m].sum()),
+                "carbon_kg": pue * (dyn + stat) / J_PER_KWH * intensity + emb_kg,
+                "requests": int((requests["chip"].to_numpy() == chip).sum()),
+            }
+        )
+    by_generation = pd.DataFrame(gen_rows)
+
+    # per bucket
+    b_rows = []
+    for i, b in enumerate(names):
+        m = bcode == i
+        b_rows.append(
+            {
+                "bucket": b,
+                "requests": int(m.sum()),
+                "served": int((served & m).sum()),
+                "slo_attainment": float(met[m].mean()) if m.any() else math.nan,
+                "ttft_attainment": float(ttft_ok[m].mean()) if m.any() else math.nan,
+                "tpot_attainment": float(tpot_ok[m].mean()) if m.any() else math.nan,
+                "ttft_slo_s": float(slo["ttft_slo_s"].iloc[i]),
+                "tpot_slo_s": float(slo["tpot_slo_s"].iloc[i]),
+                "e2e_slo_s": float(slo["e2e_slo_s"].iloc[i]),
+                "p50_ttft_s": _pct(ttft[m], 50),
+                "p99_ttft_s": _pct(ttft[m], 99),
+                "p50_tpot_s": _pct(tpot[m], 50),
+                "p99_tpot_s": _pct(tpot[m], 99),
+            }
+        )
+    by_bucket = pd.DataFrame(b_rows)
+
+    # per epoch of arrival
+    length = inst.epochs.length_s
+    ep = np.floor(arrival / length).astype(np.int64) if len(arrival) else np.zeros(0, np.int64)
+    n_ep = max(plan.n_epochs, int(ep.max()) + 1 if len(ep) else 0)
+    cnt = np.bincount(ep, minlength=n_ep)
+    good = np.bincount(ep, weights=met.astype(np.float64), minlength=n_ep)
+    planned = plan.groups.groupby("epoch")["n_vpods"].sum().reindex(range(n_ep), fill_value=0).to_numpy()
+    plan_chips = (
+        (plan.groups["n_vpods"] * plan.groups["chips_per_vpod"])
+        .groupby(plan.groups["epoch"])
+        .sum()
+        .reindex(range(n_ep), fill_value=0)
+        .to_numpy()
+    )
+    by_epoch = pd.DataFrame(
+        {
+            "epoch": np.arange(n_ep, dtype=np.int64),
+            "requests": cnt.astype(np.int64),
+            "slo_attainment": np.where(cnt > 0, good / np.maximum(cnt, 1), np.nan),
+            "planned_vpods": planned.astype(np.int64),
+            "planned_chips": plan_chips.astype(np.int64),
+        }
+    )
+
+    dyn = float(res.energy_dyn_j.sum())
+    stat = float((static_w * held_s).sum())
+    energy = pue * (dyn + stat)
+    cost = float(vpods["cost_usd"].sum())
+    chip_h = float((held_s * vp_chips).sum()) / SECONDS_PER_HOUR
+    embodied = float(vpods["embodied_kg"].sum())
+    carbon_op = energy / J_PER_KWH * intensity
+    tokens_out = int(s_out[served].sum())
+    n = len(arrival)
+    totals: dict[str, Any] = {
+        "requests": n,
+        "served": int(served.sum()),
+        "unserved": int(n - served.sum()),
+        "slo_met": int(met.sum()),
+        "slo_attainment": float(met.mean()) if n else math.nan,
+        "ttft_attainment": float(ttft_ok.mean()) if n else math.nan,
+        "tpot_attainment": float(tpot_ok.mean()) if n else math.nan,
+        "tokens_in": int(s_in[served].sum()),
+        "tokens_out": tokens_out,
+        "energy_j": energy,
+        "energy_dynamic_j": dyn,
+        "energy_static_j": stat,
+        "pue": pue,
+        "cost_usd": cost,
+        "carbon_kg": carbon_op + embodied,
+        "carbon_operational_kg": carbon_op,
+        "carbon_embodied_kg": embodied,
+        "chip_hours": chip_h,
+        "vpods_created": len(vtype),
+        "tokens_per_joule": tokens_out / energy if energy > 0 else math.nan,
+        "tokens_per_usd": tokens_out / cost if cost > 0 else math.nan,
+        "p50_ttft_s": _pct(ttft, 50),
+        "p99_ttft_s": _pct(ttft, 99),
+        "p50_tpot_s": _pct(tpot, 50),
+        "p99_tpot_s": _pct(tpot, 99),
+        "p50_e2e_s": _pct(e2e, 50),
+        "p99_e2e_s": _pct(e2e, 99),
+        "horizon_s": plan.n_epochs * length,
+        "events": res.events,
+    }
+    meta = {
+        "instance": inst.name,
+        "plan": plan.source,
+        "plan_meta": plan.meta,
+        "trace": str(tr.attrs.get("label") or tr.attrs.get("source", "")),
+        "model": coeffs.meta.get("model"),
+        "slo": coeffs.meta.get("slo"),
+        "options": {"create_delay_s": opts.create_delay_s, "warm_start": opts.warm_start, "slo_rtol": opts.slo_rtol},
+        "units": {
+            "energy_j": "J at the facility (PUE applied)",
+            "energy_dynamic_j": "J at the chips, before PUE",
+            "energy_static_j": "J at the chips, before PUE",
+            "cost_usd": "USD (chip-hours held x price)",
+            "carbon_kg": "kgCO2e (operational + embodied)",
+            "tokens_per_joule": "output tokens / energy_j",
+            "tokens_per_usd": "output tokens / cost_usd",
+            "ttft_s": "s",
+            "tpot_s": "s per output token",
+        },
+    }
+    return ReplayResult(
+        requests=requests,
+        vpods=vpods,
+        by_generation=by_generation,
+        by_bucket=by_bucket,
+        by_epoch=by_epoch,
+        totals=totals,
+        meta=meta,
+    )

@@ -1,0 +1,111 @@
+"""Step-time tables of a vPod type, computed once with numpy and read in O(1) by the event loop.
+
+Decode: exact affine form of the roofline in the context
+--------------------------------------------------------
+For a decode step (``T = 1``) of ``b`` sequences whose past contexts sum to ``b P`` (``P`` the mean),
+every term of the roofline (``formulations/roofline.md``, R1-R10) is affine in ``P`` at fixed
+``b``: attention FLOPs are ``b L a_pair (P + 1)`` (R1), KV bytes ``b (P + 2) kv_tok`` (R5), while the
+weights (R4), activations (R6) and ICI traffic (R7) do not depend on ``P``. So per batch size
+
+    t_compute(P) = c0 + c1 P,   t_hbm(P) = h0 + h1 P,   t_ici = i0,
+    t_stage(P)   = max(t_compute, t_hbm, t_ici)                        (R8)
+    step(P)      = pp t_stage(P) + (pp - 1) t_p2p                     (R9)
+    E_dyn(P)     = e0 + e1 P                                           (R10)
+
+and the coefficients are read off two evaluations of ``roofline.step_cost`` (``P = 0`` and
+``P = 2^16``). The mean context of a batch is therefore *exact*, not an approximation: the roofline
+of a batch with mixed contexts equals the roofline at their mean. No context grid, no interpolation.
+
+With ``pp > 1`` a vPod holds ``batch x pp`` sequences in ``pp`` micro-batches; ``n`` sequences in
+flight form ``q = ceil(n / b)`` micro-batches of ``b = ceil(n / pp)``; one *round* (every sequence
+advances one token) takes the latency of one micro-batch through the pipeline (R9) and costs
+``q`` micro-batch steps of energy.
+
+Prefill: one prompt of ``S`` tokens at batch 1 (``P = 0``), tabulated densely for
+``S = 0 .. max_input``: the decode stall it causes (``t_stage``, the pipeline occupancy the
+planner's busy time uses, section 4 of the spec; equal to the latency when ``pp = 1``), its latency
+(first token) and its dynamic energy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from neuscale_opt.candidates import chip_context, effective_model
+from neuscale_opt.catalog import get_chip
+from neuscale_opt.instance import Instance
+from neuscale_opt.replay.plan import VpodType
+from neuscale_opt.roofline import slice_collective, step_cost
+
+P_PROBE = 65536.0  # second context at which the affine coefficients are read (tokens)
+
+
+@dataclass(frozen=True)
+class StepTable:
+    """Per vPod type: decode coefficients indexed by sequences in flight ``n`` (index 0 unused) and
+    prefill costs indexed by prompt length. Plain lists: the event loop indexes them per event."""
+
+    vtype: VpodType
+    c0: list[float]  # s, compute roof at P = 0 (per stage)
+    c1: list[float]  # s per token of mean context
+    h0: list[float]  # s, HBM roof at P = 0 (per stage)
+    h1: list[float]
+    ici: list[float]  # s, ICI roof (independent of P)
+    p2p: list[float]  # s, (pp - 1) pipeline hand-offs of a round
+    e0: list[float]  # J, dynamic energy of a round at P = 0 (whole vPod)
+    e1: list[float]  # J per token of mean context
+    pre_stall: list[float]  # s, decode stall of one prefill of S tokens
+    pre_lat: list[float]  # s, latency of one prefill of S tokens (first token)
+    pre_energy: list[float]  # J, dynamic energy of one prefill of S tokens
+    static_w: float  # W, whole vPod
+    price_usd_per_hour: float  # whole vPod
+    embodied_kg_per_hour: float  # whole vPod
+
+    def decode_step(self, n: int, mean_ctx: float) -> tuple[float, float]:
+        """(seconds, dynamic joules) of one decode round of ``n`` sequences at mean past context."""
+        pp = self.vtype.pp
+        t = max(self.c0[n] + self.c1[n] * mean_ctx, self.h0[n] + self.h1[n] * mean_ctx, self.ici[n])
+        return pp * t + self.p2p[n], self.e0[n] + self.e1[n] * mean_ctx
+
+
+def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
+    """The :class:`StepTable` of ``vt`` under ``inst`` (model, energy profile, efficiencies, prices)."""
+    model = effective_model(inst)
+    ctx = chip_context(inst, vt.chip)
+    bw, a2a, _, _ = slice_collective(get_chip(vt.chip), vt.shape, vt.tp)
+    hw = replace(ctx.hw, coll_bw=np.float64(bw), a2a_dist=np.float64(a2a))
+    tp, pp, ep = float(vt.tp), float(vt.pp), float(vt.ep)
+
+    n = np.arange(1, vt.slots + 1, dtype=np.float64)
+    b = np.ceil(n / pp)
+    q = np.ceil(n / b)
+    lo = step_cost(model, hw, tp, pp, ep, b, 1.0, 0.0)
+    hi = step_cost(model, hw, tp, pp, ep, b, 1.0, P_PROBE)
+
+    def pad(a: np.ndarray) -> list[float]:
+        return [math.nan, *np.broadcast_to(np.asarray(a, dtype=np.float64), n.shape).tolist()]
+
+    p2p = lo.latency_s - pp * lo.t_stage_s
+    s = np.arange(0, max(int(max_input), 0) + 1, dtype=np.float64)
+    pre = step_cost(model, hw, tp, pp, ep, 1.0, s, 0.0)
+    chips = float(vt.chips)
+    return StepTable(
+        vtype=vt,
+        c0=pad(lo.t_compute_s),
+        c1=pad((hi.t_compute_s - lo.t_compute_s) / P_PROBE),
+        h0=pad(lo.t_hbm_s),
+        h1=pad((hi.t_hbm_s - lo.t_hbm_s) / P_PROBE),
+        ici=pad(lo.t_ici_s),
+        p2p=pad(p2p),
+        e0=pad(q * lo.energy_dyn_j),
+        e1=pad(q * (hi.energy_dyn_j - lo.energy_dyn_j) / P_PROBE),
+        pre_stall=np.broadcast_to(pre.t_stage_s, s.shape).tolist(),
+        pre_lat=np.broadcast_to(pre.latency_s, s.shape).tolist(),
+        pre_energy=np.broadcast_to(pre.energy_dyn_j, s.shape).tolist(),
+        static_w=chips * float(ctx.hw.static_w),
+        price_usd_per_hour=chips * ctx.price_usd_per_chip_hour,
+        embodied_kg_per_hour=chips * ctx.embodied_kg_per_chip_hour,
+    )

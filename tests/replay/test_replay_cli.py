@@ -1,0 +1,132 @@
+"""``neuscale-opt replay`` through :func:`neuscale_opt.cli.main`: output, JSON and exit codes.
+
+Until ``neuscale_opt.commands`` registers :func:`neuscale_opt.replay.cli.register`, the runner
+registers it itself, so these tests run before and after the wiring; ``test_replay_is_wired``
+checks the wiring itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from replay_builders import DEFAULT_INSTANCE
+
+from neuscale_opt import cli
+from neuscale_opt.candidates import build_coefficients
+from neuscale_opt.instance import load_instance
+from neuscale_opt.replay import simple_plan
+from neuscale_opt.replay.cli import HEADLINE, register
+
+REQUIRED = (
+    "slo_attainment",
+    "energy_j",
+    "cost_usd",
+    "carbon_kg",
+    "requests",
+    "tokens_out",
+    "tokens_per_joule",
+    "tokens_per_usd",
+    "p50_ttft_s",
+    "p99_ttft_s",
+    "p50_tpot_s",
+    "p99_tpot_s",
+)
+
+
+def _wired() -> bool:
+    from neuscale_opt import commands
+
+    return any(getattr(r, "__module__", "") == "neuscale_opt.replay.cli" for r in commands.REGISTRARS)
+
+
+@pytest.fixture
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable:
+    if not _wired():
+        monkeypatch.setattr(cli, "_registrars", lambda: [register])
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory) -> str:
+    inst = load_instance(DEFAULT_INSTANCE)
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    path.write_text(json.dumps(simple_plan(build_coefficients(inst))), encoding="utf-8")
+    return str(path)
+
+
+def test_replay_is_wired():
+    """Needs ``neuscale_opt.replay.cli.register`` in ``neuscale_opt.commands.REGISTRARS``."""
+    assert _wired()
+
+
+def test_prints_the_headline(run_cli, plan_file):
+    code, out, err = run_cli("replay", plan_file, "--instance", str(DEFAULT_INSTANCE))
+    assert code == 0, err
+    values = dict(line.split() for line in out.splitlines())
+    assert set(REQUIRED) <= set(values) == set(HEADLINE)
+    assert values["requests"] == "19366"
+    assert float(values["slo_attainment"]) == 1.0
+
+
+def test_json_to_stdout_is_deterministic(run_cli, plan_file, tmp_path):
+    code, out, _ = run_cli("replay", plan_file, "--instance", str(DEFAULT_INSTANCE), "--json", "-")
+    assert code == 0
+    data = json.loads(out)
+    assert set(REQUIRED) <= set(data)
+    assert {"by_generation", "by_bucket", "by_epoch", "meta"} <= set(data)
+    f = tmp_path / "r.json"
+    assert run_cli("replay", plan_file, "--instance", str(DEFAULT_INSTANCE), "--json", str(f))[0] == 0
+    assert f.read_text(encoding="utf-8") == out
+
+
+def test_requests_csv(run_cli, plan_file, tmp_path):
+    f = tmp_path / "req.csv"
+    code, _, _ = run_cli("replay", plan_file, "--instance", str(DEFAULT_INSTANCE), "--requests", str(f))
+    assert code == 0
+    lines = f.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 19367
+    assert lines[0].startswith("arrival_s,bucket,input_tokens,output_tokens,vpod,chip,queue_s,ttft_s,tpot_s")
+
+
+def test_trace_override(run_cli, plan_file, tmp_path):
+    src = (DEFAULT_INSTANCE.parent / "data" / "azure_llm_2023_conv.csv").read_text(encoding="utf-8").splitlines()
+    short = tmp_path / "short.csv"
+    short.write_text("\n".join(src[:1001]) + "\n", encoding="utf-8")  # header + first 1000 requests
+    code, out, err = run_cli("replay", plan_file, "--instance", str(DEFAULT_INSTANCE), "--trace", str(short))
+    assert code == 0, err
+    assert dict(line.split() for line in out.splitlines())["requests"] == "1000"
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda p: p["allocations"][0].update(chip="tpu-v9"), "allocations[0].chip: unknown chip 'tpu-v9'"),
+        (lambda p: [r.update(n_vpods=9) for r in p["allocations"]], "tpu-v6e chips planned, the fleet has 32"),
+        (lambda p: p.update(allocations=[r for r in p["allocations"] if r["epoch"] != 3]), "missing epochs"),
+    ],
+    ids=["unknown-chip", "too-many-chips", "missing-epoch"],
+)
+def test_bad_plan_exits_2_with_one_line(run_cli, plan_file, tmp_path, edit, needle):
+    plan = json.loads(open(plan_file, encoding="utf-8").read())
+    edit(plan)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(plan), encoding="utf-8")
+    code, out, err = run_cli("replay", str(bad), "--instance", str(DEFAULT_INSTANCE))
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and needle in err and str(bad) in err
+
+
+def test_malformed_plan_exits_2(run_cli, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json", encoding="utf-8")
+    code, _, err = run_cli("replay", str(bad), "--instance", str(DEFAULT_INSTANCE))
+    assert code == 2 and "malformed JSON" in err and err.count("\n") == 1
