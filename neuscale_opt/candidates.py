@@ -426,8 +426,11 @@ def instance_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFr
             [(e, b, rates.get((e, b), 0.0)) for e in epochs for b in buckets["bucket"]],
             columns=["epoch", "bucket", "rate_rps"],
         )
-        return buckets, demand
-    return _trace_buckets_and_demand(inst)
+    else:
+        buckets, demand = _trace_buckets_and_demand(inst)
+    if w.rate_scale != 1.0:
+        demand = demand.assign(rate_rps=demand["rate_rps"] * w.rate_scale)
+    return buckets, demand
 
 
 def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -600,3 +603,4 @@ def build_coefficients(inst: Instance, cset: CandidateSet | None = None) -> Coef
             "energy_profile": inst.energy.profile,
         },
     )
+

@@ -147,7 +147,10 @@ class DemandRow(_Frozen):
 
 
 class Workload(_Frozen):
-    """Where demand comes from: a trace (bucketed by ``buckets``) or explicit classes and demand."""
+    """Where demand comes from: a trace (bucketed by ``buckets``) or explicit classes and demand.
+
+    ``rate_scale`` multiplies every planned rate (a what-if for traffic growth: the trace's token mix
+    and its shape over time are kept, its level is scaled)."""
 
     trace: TraceSpec | None = None
     buckets: BucketSpec | None = None
@@ -155,6 +158,7 @@ class Workload(_Frozen):
     demand: tuple[DemandRow, ...] = ()
     provision_for: Literal["peak", "mean"] = "peak"
     subwindow_s: float = Field(default=10.0, gt=0)
+    rate_scale: float = Field(default=1.0, gt=0)
 
     @model_validator(mode="after")
     def _one_source(self) -> Workload:

@@ -1,0 +1,134 @@
+"""``neuscale-opt bench``: every method on every instance, one table.
+
+For each instance the coefficients are built once; each method plans on them and the independent
+evaluator accounts the plan. Columns: objective value (evaluated, in the instance's objective
+units), the gap of that value to the best proven lower bound among the methods that prove one
+(the MILP's), the method's own status and bound, solve time, and the ratio to the MILP's value.
+With ``--replay`` each plan is also replayed against the instance's trace and its SLO attainment
+reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from typing import Any
+
+import pandas as pd
+
+from neuscale_opt.errors import InputError
+from neuscale_opt.io import emit, frame_to_csv_text, write_json
+
+METHODS = ("milp", "greedy", "homogeneous", "unlimited")
+BENCH_COLUMNS = [
+    "instance",
+    "method",
+    "status",
+    "objective",
+    "objective_value",
+    "bound",
+    "gap_to_best_bound",
+    "solve_seconds",
+    "ratio_to_milp",
+    "feasible",
+    "slo_attainment",
+]
+
+
+def run_bench(paths: list[str | None], methods: tuple[str, ...], replay: bool = False, progress=None) -> pd.DataFrame:
+    from neuscale_opt.alloc.evaluate import evaluate
+    from neuscale_opt.alloc.options import PlanOptions
+    from neuscale_opt.alloc.plan import plan
+    from neuscale_opt.candidates import build_coefficients
+    from neuscale_opt.instance import load_instance
+
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        inst = load_instance(path)
+        coeffs = build_coefficients(inst)
+        opts = PlanOptions.from_instance(inst)
+        sols = {}
+        for method in methods:
+            t0 = time.perf_counter()
+            sol = plan(coeffs, opts, method)
+            wall = time.perf_counter() - t0
+            ev = evaluate(sol, coeffs) if sol.has_plan else None
+            sols[method] = sol
+            row = {
+                "instance": inst.name,
+                "method": method,
+                "status": sol.status,
+                "objective": sol.objective,
+                "objective_value": ev.objective_value if ev is not None else math.nan,
+                "bound": sol.bound,
+                "solve_seconds": wall,
+                "feasible": bool(ev.feasible) if ev is not None else False,
+                "slo_attainment": math.nan,
+            }
+            if replay and ev is not None:
+                row["slo_attainment"] = _replay_attainment(inst, sol)
+            rows.append(row)
+            if progress is not None:
+                progress.update(1)
+        # the best proven lower bound on the instance's true optimum comes from the MILP (the
+        # unlimited reference relaxes inventory, so its bound is a bound too)
+        bounds = [s.bound for m, s in sols.items() if m in ("milp", "unlimited") and s.bound == s.bound]
+        best = max(bounds) if bounds else math.nan
+        mine = [r for r in rows if r["instance"] == inst.name]
+        milp_val = next((r["objective_value"] for r in mine if r["method"] == "milp"), math.nan)
+        for r in mine:
+            v = r["objective_value"]
+            r["gap_to_best_bound"] = (v - best) / abs(v) if v == v and best == best and v else math.nan
+            r["ratio_to_milp"] = v / milp_val if v == v and milp_val == milp_val and milp_val else math.nan
+    return pd.DataFrame(rows, columns=BENCH_COLUMNS)
+
+
+def _replay_attainment(inst, sol) -> float:
+    try:
+        from neuscale_opt.replay import replay_solution
+    except ImportError:  # replay not available in this installation
+        return math.nan
+    return float(replay_solution(inst, sol)["slo_attainment"])
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    from neuscale_opt.report.build import num
+
+    head = "| " + " | ".join(BENCH_COLUMNS) + " |"
+    sep = "|" + "|".join("---" for _ in BENCH_COLUMNS) + "|"
+    body = ["| " + " | ".join(num(r[c]) for c in BENCH_COLUMNS) + " |" for r in df.to_dict("records")]
+    return "\n".join([head, sep, *body]) + "\n"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="run methods on instances and tabulate objective, gap, time")
+    p.add_argument("instances", nargs="*", help="instance TOML files (default: the embedded default)")
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {','.join(METHODS)}")
+    p.add_argument("--replay", action="store_true", help="also replay each plan against the trace")
+    p.add_argument("--json", metavar="PATH|-", help="write the table as JSON")
+    p.add_argument("--md", metavar="PATH|-", help="write the table as Markdown")
+    p.add_argument("--csv", metavar="PATH|-", help="write the table as CSV")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise InputError(f"unknown method {bad[0] if bad else ''!r}; known: {', '.join(METHODS)}", where="--methods")
+    paths: list[str | None] = list(args.instances) or [None]
+    from neuscale_opt.report.progress import progress_bar
+
+    with progress_bar(total=len(paths) * len(methods), desc="bench", quiet=args.quiet) as bar:
+        df = run_bench(paths, methods, replay=args.replay, progress=bar)
+    if args.json:
+        write_json({"rows": df.to_dict("records")}, args.json)
+    if args.md:
+        emit(to_markdown(df), args.md)
+    if args.csv:
+        emit(frame_to_csv_text(df), args.csv)
+    if not (args.json or args.md or args.csv):
+        emit(to_markdown(df), "-")
+    return 0
