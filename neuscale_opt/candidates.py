@@ -426,21 +426,31 @@ def instance_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFr
             [(e, b, rates.get((e, b), 0.0)) for e in epochs for b in buckets["bucket"]],
             columns=["epoch", "bucket", "rate_rps"],
         )
-    else:
-        buckets, demand = _trace_buckets_and_demand(inst)
-    if w.rate_scale != 1.0:
-        demand = demand.assign(rate_rps=demand["rate_rps"] * w.rate_scale)
-    return buckets, demand
+        if w.rate_scale != 1.0:
+            demand = demand.assign(rate_rps=demand["rate_rps"] * w.rate_scale)
+        return buckets, demand
+    return _trace_buckets_and_demand(inst)
+
+
+def instance_trace(inst: Instance) -> pd.DataFrame:
+    """The instance's per-request trace, scaled by ``workload.rate_scale`` (one loader for the
+    planner and the replay, so both see the same requests)."""
+    from neuscale_opt.traces.loaders import load_trace
+    from neuscale_opt.traces.scale import scale_trace
+
+    w = inst.workload
+    if w.trace is None:
+        raise InputError("the instance has explicit classes and no trace", where="workload.trace")
+    return scale_trace(load_trace(w.trace, inst.base_dir), w.rate_scale)
 
 
 def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
     from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_table
     from neuscale_opt.traces.demand import epoch_demand
-    from neuscale_opt.traces.loaders import load_trace
 
     w = inst.workload
     spec = w.buckets or DEFAULT_BUCKETS
-    trace = load_trace(w.trace, inst.base_dir)
+    trace = instance_trace(inst)
     table = bucket_table(trace, spec)
     buckets = pd.DataFrame(
         {
@@ -603,4 +613,3 @@ def build_coefficients(inst: Instance, cset: CandidateSet | None = None) -> Coef
             "energy_profile": inst.energy.profile,
         },
     )
-

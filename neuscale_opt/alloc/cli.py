@@ -1,7 +1,10 @@
 """CLI commands of the allocation package: ``plan`` and ``import-melange``.
 
 ``neuscale-opt plan [INSTANCE] [--method milp|greedy|homogeneous|unlimited]
-[--objective energy|cost|carbon] [--time-limit S] [--json PATH|-]``
+[--objective energy|cost|carbon] [--time-limit S] [--json PATH|-] [--out DIR] [--quiet]``
+
+With ``--out DIR`` it also runs the baselines (greedy, homogeneous, unlimited) and writes the
+capacity-planning report there (``report.md``, ``report.html``, ``plan.json``, CSVs, figures).
 
 INSTANCE is an instance TOML (roofline coefficients), a profile instance TOML (a ``[profile]``
 table, e.g. written by ``import-melange``) or a Mélange JSON configuration; without it the embedded
@@ -73,6 +76,9 @@ def register(sub) -> None:
     p.add_argument("--allow-unserved", action="store_true", default=None, help="plan partially if over-subscribed")
     p.add_argument("--time-limit", type=float, default=None, metavar="S", help="solver time limit per epoch (s)")
     p.add_argument("--json", default=None, metavar="PATH", help="write the plan as JSON to PATH ('-' = stdout)")
+    p.add_argument("--out", default=None, metavar="DIR", help="write the report (Markdown, HTML, JSON, CSV) to DIR")
+    p.add_argument("--no-baselines", action="store_true", help="with --out: do not run the baselines")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_plan)
 
     m = sub.add_parser(
@@ -85,6 +91,10 @@ def register(sub) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        from neuscale_opt.report.build import check_out_dir
+
+        check_out_dir(args.out)  # fail before solving: exit 2, nothing written
     coeffs, inst = load_plan_input(args.instance)
     options = PlanOptions.from_instance(
         inst,
@@ -95,15 +105,49 @@ def cmd_plan(args: argparse.Namespace) -> int:
         allow_unserved=args.allow_unserved,
         time_limit_s=args.time_limit,
     )
-    sol = plan(coeffs, options, args.method)
+    from neuscale_opt.report.progress import progress_bar
+
+    n_epochs = len(coeffs.epochs)
+    with progress_bar(total=n_epochs, desc=f"plan {args.method}", quiet=args.quiet) as bar:
+        sol = plan(coeffs, options, args.method, progress=bar.update)
     if args.json is not None:
         emit(sol.to_json(), args.json)
     if args.json != "-":
         sys.stdout.write(summary(sol, coeffs))
+    if args.out is not None and sol.has_plan:
+        written = write_plan_report(args, inst, coeffs, options, sol)
+        if args.json != "-":
+            sys.stdout.write(f"report: {written}\n")
     if sol.status == "infeasible":
         print(f"neuscale-opt: infeasible: {sol.diagnosis}", file=sys.stderr)
         return EXIT_INFEASIBLE
     return EXIT_OK
+
+
+def write_plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: PlanOptions, sol: Solution) -> str:
+    """Run the baselines, evaluate every plan independently and write the report to ``args.out``."""
+    from neuscale_opt.report.build import build_report, write_report
+    from neuscale_opt.report.progress import progress_bar
+
+    baselines: dict[str, tuple[Solution, object]] = {}
+    names = [] if args.no_baselines else [m for m in ("greedy", "homogeneous", "unlimited") if m != sol.method]
+    with progress_bar(total=len(names), desc="baselines", quiet=args.quiet) as bar:
+        for name in names:
+            b = plan(coeffs, options, name)
+            ref = coeffs.with_unlimited_inventory() if name == "unlimited" else coeffs
+            baselines[name] = (b, evaluate(b, ref) if b.has_plan else None)
+            bar.update(1)
+    ev = evaluate(sol, coeffs.with_unlimited_inventory() if sol.method == "unlimited" else coeffs)
+    cset = None
+    from neuscale_opt.instance import Instance
+
+    if isinstance(inst, Instance):
+        from neuscale_opt.candidates import candidates
+
+        cset = candidates(inst)
+    report = build_report(inst, cset, coeffs, sol, ev, baselines)
+    write_report(args.out, report)
+    return str(args.out)
 
 
 def summary(sol: Solution, coeffs: Coefficients) -> str:

@@ -17,6 +17,7 @@ Over several epochs the worst status wins, objective and bound are summed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -198,8 +199,13 @@ def _check(coeffs: Coefficients) -> None:
         raise InputError(f"expected Coefficients, got {type(coeffs).__name__}", where="plan")
 
 
-def solve_milp(coeffs: Coefficients, options: PlanOptions | None = None, method: str = "milp") -> Solution:
-    """The epoch allocation MILP, one independent solve per epoch."""
+def solve_milp(
+    coeffs: Coefficients,
+    options: PlanOptions | None = None,
+    method: str = "milp",
+    progress: Callable[[int], Any] | None = None,
+) -> Solution:
+    """The epoch allocation MILP, one independent solve per epoch (``progress(1)`` after each)."""
     _check(coeffs)
     opts = resolve_options(coeffs, options or PlanOptions())
     per_epoch = []
@@ -208,6 +214,8 @@ def solve_milp(coeffs: Coefficients, options: PlanOptions | None = None, method:
         ctx = build_context(coeffs, opts, e, prep)
         ep, info = _milp_epoch(ctx)
         per_epoch.append((ctx, ep, info))
+        if progress is not None:
+            progress(1)
     return _assemble(method, coeffs, opts, per_epoch, opts.backend, use_solver_objective=True)
 
 
@@ -287,10 +295,17 @@ def _summary(each: dict[str, Solution]) -> dict[str, Any]:
     return {c: {"status": s.status, "objective_value": s.objective_value} for c, s in sorted(each.items())}
 
 
-def plan(coeffs: Coefficients, options: PlanOptions | None = None, method: str = "milp") -> Solution:
-    """Plan with ``method`` in ``milp``, ``greedy``, ``homogeneous``, ``unlimited``."""
+def plan(
+    coeffs: Coefficients,
+    options: PlanOptions | None = None,
+    method: str = "milp",
+    progress: Callable[[int], Any] | None = None,
+) -> Solution:
+    """Plan with ``method`` in ``milp``, ``greedy``, ``homogeneous``, ``unlimited``.
+
+    ``progress`` (e.g. a progress bar's ``update``) is called once per solved epoch of the MILP."""
     if method not in METHODS:
         raise InputError(f"method must be one of {list(METHODS)}, got {method!r}", where="plan")
-    return {"milp": solve_milp, "greedy": greedy, "homogeneous": homogeneous, "unlimited": unlimited}[method](
-        coeffs, options
-    )
+    if method == "milp":
+        return solve_milp(coeffs, options, progress=progress)
+    return {"greedy": greedy, "homogeneous": homogeneous, "unlimited": unlimited}[method](coeffs, options)

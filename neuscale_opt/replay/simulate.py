@@ -107,9 +107,9 @@ def instance_trace(inst: Instance) -> pd.DataFrame:
     """The per-request trace the instance names (``workload.trace``)."""
     if inst.workload.trace is None:
         raise InputError("the instance has explicit classes and no trace; give --trace", where="workload.trace")
-    from neuscale_opt.traces.loaders import load_trace
+    from neuscale_opt.candidates import instance_trace as planner_trace
 
-    return load_trace(inst.workload.trace, inst.base_dir)
+    return planner_trace(inst)
 
 
 def request_buckets(trace: pd.DataFrame, inst: Instance) -> np.ndarray:

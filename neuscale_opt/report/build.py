@@ -148,6 +148,7 @@ def build_report(
     ``pods``: for the occupancy maps, dicts with ``pod``, ``chip``, ``dims``, ``failed``.
     """
     baselines = baselines or {}
+    name = str(getattr(inst, "name", "instance"))
     plan = solution.to_dict()
     alloc = solution.allocations
     epochs = coeffs.epochs
@@ -160,12 +161,26 @@ def build_report(
     images["chips_vs_inventory.png"] = plots.chips_vs_inventory(alloc, epochs, inventory)
     images["energy_money_per_epoch.png"] = plots.energy_money_per_epoch(by_epoch)
     chosen = set(alloc["config_id"]) if not alloc.empty else set()
-    phase = "colocated" if inst.planning.serving == "colocated" else "decode"
-    images["pareto_candidates.png"] = plots.pareto_candidates(cset.table, chosen, phase=phase)
-    roofs = [chip_rooflines(get_chip(c), energy_spec(get_chip(c), inst.energy.profile)) for c in inst.chip_names]
-    why = _why_rows(cset.table, alloc)
-    cls = pd.DataFrame({"bucket": [r[0] for r in why], "chip": [r[2] for r in why], "intensity": [r[9] for r in why]})
-    images["rooflines.png"] = plots.rooflines(roofs, cls)
+    phase = "colocated" if solution.options.serving == "colocated" else "decode"
+    figures = [
+        ("vpods_over_epochs.png", "vPods per group over epochs (stacked)"),
+        ("chips_vs_inventory.png", "Chips held per generation against the healthy inventory"),
+        ("energy_money_per_epoch.png", "Energy and money per epoch"),
+    ]
+    if cset is not None:
+        images["pareto_candidates.png"] = plots.pareto_candidates(cset.table, chosen, phase=phase)
+        roofs = [chip_rooflines(get_chip(c), energy_spec(get_chip(c), inst.energy.profile)) for c in inst.chip_names]
+        why = _why_rows(cset.table, alloc)
+        cls = pd.DataFrame(
+            {"bucket": [r[0] for r in why], "chip": [r[2] for r in why], "intensity": [r[9] for r in why]}
+        )
+        images["rooflines.png"] = plots.rooflines(roofs, cls)
+        figures += [
+            ("pareto_candidates.png", "Candidates: latency vs energy per request; stars = chosen"),
+            ("rooflines.png", "FLOP/s, FLOP/J and FLOP/$ rooflines; dots = request classes as planned"),
+        ]
+    else:
+        why = _why_rows(coeffs.configs.assign(flops=math.nan, hbm_bytes=math.nan), alloc)
     occupancy: list[tuple[str, str]] = []
     if placements is not None and not placements.empty and pods:
         first = min(placements["epoch"])
@@ -183,10 +198,14 @@ def build_report(
         Section(
             "Summary",
             text=[
-                f"Instance `{inst.name}`: {inst.description or inst.model.name}.",
-                f"Model {cset.model.name}; SLO: {cset.slo_note}; energy profile {inst.energy.profile}; "
-                f"{len(epochs)} epoch(s) of {num(coeffs.epoch_s)} s; variant {inst.planning.variant}, "
-                f"{inst.planning.serving} serving.",
+                f"Instance `{name}`: {getattr(inst, 'description', '') or coeffs.meta.get('model', '')}.",
+                (
+                    f"Model {cset.model.name}; SLO: {cset.slo_note}; energy profile {inst.energy.profile}; "
+                    if cset is not None
+                    else f"Coefficients from {coeffs.source}; "
+                )
+                + f"{len(epochs)} epoch(s) of {num(coeffs.epoch_s)} s; variant {solution.options.variant}, "
+                f"{solution.options.serving} serving.",
                 "Independent evaluation: "
                 + ("feasible" if evaluation.feasible else "VIOLATIONS: " + "; ".join(evaluation.violations[:5])),
             ],
@@ -230,10 +249,10 @@ def build_report(
         key = _obj_key(plan["objective"])
         ref = float(totals.get(key) or math.nan)
         rows = [[plan["method"], plan["status"], totals.get(key), 1.0]]
-        for name, (sol, ev) in baselines.items():
-            val = ev.totals.get(key) if sol.has_plan else None
+        for bname, (sol, ev) in baselines.items():
+            val = ev.totals.get(key) if (sol.has_plan and ev is not None) else None
             ratio = (float(val) / ref) if (val is not None and ref and not math.isnan(ref)) else None
-            rows.append([name, sol.status, val, ratio])
+            rows.append([bname, sol.status, val, ratio])
         sections.append(
             Section(
                 "Comparison with baselines",
@@ -301,17 +320,10 @@ def build_report(
     sections.append(
         Section(
             "Figures",
-            images=[
-                ("vpods_over_epochs.png", "vPods per group over epochs (stacked)"),
-                ("chips_vs_inventory.png", "Chips held per generation against the healthy inventory"),
-                ("energy_money_per_epoch.png", "Energy and money per epoch"),
-                ("pareto_candidates.png", "Candidates: latency vs energy per request; stars = chosen"),
-                ("rooflines.png", "FLOP/s, FLOP/J and FLOP/$ rooflines; dots = request classes as planned"),
-                *occupancy,
-            ],
+            images=[*figures, *occupancy],
         )
     )
-    title = f"Capacity plan: {inst.name}"
+    title = f"Capacity plan: {name}"
     files: dict[str, bytes] = {
         "report.md": render_markdown(title, sections).encode("utf-8"),
         "report.html": render_html(title, sections, images).encode("utf-8"),
@@ -321,8 +333,8 @@ def build_report(
     }
     if placements is not None:
         files["placements.csv"] = frame_to_csv_text(placements).encode("utf-8")
-    for name, data in images.items():
-        files[f"figures/{name}"] = data
+    for fname, data in images.items():
+        files[f"figures/{fname}"] = data
     return Report(files)
 
 
@@ -365,6 +377,18 @@ def _why_rows(table: pd.DataFrame, alloc: pd.DataFrame) -> list[list[Any]]:
     return rows
 
 
+def check_out_dir(out_dir: str | Path) -> None:
+    """Fail early (exit 2) when ``out_dir`` cannot be created or written, before any work is done."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a directory", where=f"--out {out}")
+    probe = out if out.exists() else (out.parent if str(out.parent) else Path("."))
+    if not probe.exists():
+        raise InputError("parent directory does not exist", where=f"--out {out}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError("directory is not writable", where=f"--out {out}")
+
+
 def write_report(out_dir: str | Path, report: Report) -> list[Path]:
     """Write every file of ``report`` into ``out_dir`` (created if needed), all or nothing.
 
@@ -373,10 +397,7 @@ def write_report(out_dir: str | Path, report: Report) -> list[Path]:
     """
     out = Path(out_dir)
     parent = out.parent if str(out.parent) else Path(".")
-    if out.exists() and not out.is_dir():
-        raise InputError("exists and is not a directory", where=f"--out {out}")
-    if not parent.exists():
-        raise InputError("parent directory does not exist", where=f"--out {out}")
+    check_out_dir(out)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
     except OSError as exc:

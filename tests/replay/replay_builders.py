@@ -12,7 +12,7 @@ from neuscale_opt.instance import Instance, parse_instance
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTANCES = ROOT / "instances"
-DEFAULT_INSTANCE = INSTANCES / "default.toml"
+DEFAULT_INSTANCE = INSTANCES / "azure-conv.toml"
 
 
 def tiny_instance(
