@@ -575,6 +575,21 @@ def candidates(inst: Instance) -> CandidateSet:
     return CandidateSet(df, buckets, demand, slo_note, model)
 
 
+def pods_frame(inst: Instance) -> pd.DataFrame:
+    """The pods of every generation given with geometry (see ``Coefficients.pods``)."""
+    rows = [
+        {
+            "pod": f"{f.chip}/{i}",
+            "chip": f.chip,
+            "dims": tuple(p.dims),
+            "failed": tuple(tuple(c) for c in p.failed_chips),
+        }
+        for f in inst.fleet
+        for i, p in enumerate(f.pods)
+    ]
+    return pd.DataFrame(rows, columns=["pod", "chip", "dims", "failed"])
+
+
 def build_coefficients(inst: Instance, cset: CandidateSet | None = None) -> Coefficients:
     """The planners' input: feasible configurations of the phases the serving mode uses, demand,
     classes with their SLOs, and per-generation inventory and prices."""
@@ -612,4 +627,5 @@ def build_coefficients(inst: Instance, cset: CandidateSet | None = None) -> Coef
             "slo": cset.slo_note,
             "energy_profile": inst.energy.profile,
         },
+        pods=pods_frame(inst),
     )

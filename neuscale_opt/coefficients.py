@@ -45,6 +45,10 @@ each of its latencies that has a target is at most that target (``neuscale_opt.c
 ``dcn_bytes_per_s`` (per chip), ``dcn_energy_j_per_byte``, ``price_usd_per_chip_hour``,
 ``static_power_w_per_chip``, ``embodied_kg_per_chip_hour``.
 
+``pods`` (optional) - the physical pods of generations given with geometry: ``pod`` (id
+``f"{chip}/{i}"`` in fleet order), ``chip``, ``dims`` (tuple), ``failed`` (tuple of coordinate
+tuples). Generations given as plain chip counts have no rows (they are counted, not placed).
+
 Scalars: ``epoch_s`` (s), ``pue`` (-), ``carbon_kg_per_kwh`` (kgCO2e/kWh), ``util_cap`` (-, the
 fraction of a vPod's sustainable rate the plan may load it to; queueing headroom).
 """
@@ -120,6 +124,7 @@ class Coefficients:
     util_cap: float = 0.9
     source: str = "roofline"
     meta: dict = field(default_factory=dict)
+    pods: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
         check_coefficients(self)
@@ -151,6 +156,7 @@ class Coefficients:
             util_cap=self.util_cap,
             source=self.source,
             meta=dict(self.meta),
+            pods=self.pods,
         )
 
     def restrict_chips(self, chips: list[str]) -> Coefficients:
@@ -167,6 +173,7 @@ class Coefficients:
             util_cap=self.util_cap,
             source=self.source,
             meta=dict(self.meta),
+            pods=None if self.pods is None else self.pods[self.pods["chip"].isin(chips)].reset_index(drop=True),
         )
 
 

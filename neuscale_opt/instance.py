@@ -266,7 +266,12 @@ class Search(_Frozen):
 
 
 class Planning(_Frozen):
+    """Allocation options. ``placement``: how vPods of generations given as pods must fit their
+    tori (``pattern``: packing patterns per distinct pod state; ``exact``: one binary per possible
+    slice position, small fleets only; ``none``: count chips only)."""
+
     variant: Literal["dedicated", "pooled"] = "dedicated"
+    placement: Literal["pattern", "exact", "none"] = "pattern"
     serving: Literal["colocated", "disaggregated"] = "colocated"
     allow_unserved: bool = False
     unserved_penalty: float | None = Field(default=None, gt=0)
