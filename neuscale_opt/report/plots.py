@@ -52,21 +52,30 @@ def _groups(alloc: pd.DataFrame) -> pd.DataFrame:
 
 def vpods_over_epochs(alloc: pd.DataFrame, epochs: list[int]) -> bytes:
     """Stacked bars: vPods per group over epochs."""
-    fig, ax = plt.subplots(figsize=(9, 4.2))
+    fig, ax = plt.subplots(figsize=(10, 4.4))
     g = _groups(alloc)
     if g.empty:
         ax.text(0.5, 0.5, "no vPods", ha="center", va="center", transform=ax.transAxes)
     else:
-        piv = g.pivot_table(index="epoch", columns="vpod_group", values="n_vpods", aggfunc="sum", fill_value=0)
+        # one colour per (class, generation, slice): batch and parallelism variants stack together
+        first = alloc.drop_duplicates(["epoch", "vpod_group"]).set_index(["epoch", "vpod_group"])
+        g = g.assign(
+            label=[
+                f"{first.loc[(e, v), 'bucket']} {first.loc[(e, v), 'chip']} {first.loc[(e, v), 'shape']}"
+                for e, v in zip(g["epoch"], g["vpod_group"], strict=True)
+            ]
+        )
+        piv = g.pivot_table(index="epoch", columns="label", values="n_vpods", aggfunc="sum", fill_value=0)
         piv = piv.reindex(epochs, fill_value=0)
         piv = piv[sorted(piv.columns)]
         bottom = np.zeros(len(piv))
         cmap = plt.get_cmap("tab20")
         for i, col in enumerate(piv.columns):
-            ax.bar(piv.index, piv[col].to_numpy(), bottom=bottom, color=cmap(i % 20), label=_short(col))
+            ax.bar(piv.index, piv[col].to_numpy(), bottom=bottom, color=cmap(i % 20), label=str(col))
             bottom += piv[col].to_numpy()
-        if len(piv.columns) <= 14:
+        if len(piv.columns) <= 24:
             ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _integer_epochs(ax)
     ax.set_xlabel("epoch")
     ax.set_ylabel("vPods")
     ax.set_title("vPods per group over epochs")
@@ -74,8 +83,10 @@ def vpods_over_epochs(alloc: pd.DataFrame, epochs: list[int]) -> bytes:
     return to_png(fig)
 
 
-def _short(group: str) -> str:
-    return str(group).replace(":colocated", "").replace("|", " | ")
+def _integer_epochs(ax) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def chips_vs_inventory(alloc: pd.DataFrame, epochs: list[int], inventory: dict[str, float]) -> bytes:
@@ -92,6 +103,7 @@ def chips_vs_inventory(alloc: pd.DataFrame, epochs: list[int], inventory: dict[s
             ax.set_ylim(0, max(inv, float(used.max() if len(used) else 0)) * 1.1 + 1)
         ax.set_title(chip, fontsize=9)
         ax.set_xlabel("epoch")
+        _integer_epochs(ax)
     axes[0][0].set_ylabel("chips held")
     fig.suptitle("Chips used per generation against inventory", fontsize=10)
     fig.tight_layout()
@@ -111,6 +123,7 @@ def energy_money_per_epoch(by_epoch: pd.DataFrame) -> bytes:
     h2, l2 = ax2.get_legend_handles_labels()
     ax1.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
     ax1.set_title("Energy and money per epoch")
+    _integer_epochs(ax1)
     fig.tight_layout()
     return to_png(fig)
 

@@ -1,0 +1,138 @@
+"""``neuscale-opt plan --out DIR``: the report files, self-contained HTML, numbers equal to plan.json."""
+
+from __future__ import annotations
+
+import base64
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from neuscale_opt.cli import main
+
+INSTANCES = Path(__file__).resolve().parents[1] / "instances"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rep") / "report"
+    code = main(["plan", str(INSTANCES / "small.toml"), "--out", str(out), "--quiet"])
+    assert code == 0
+    return out
+
+
+def md_tables(text: str) -> list[list[dict[str, str]]]:
+    """Every pipe table of a Markdown text as a list of row dicts."""
+    tables, cur, head = [], None, None
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if head is None:
+                head, cur = cells, []
+            elif set(line.replace("|", "")) <= {"-"}:
+                continue
+            else:
+                cur.append(dict(zip(head, cells, strict=True)))
+        elif head is not None:
+            tables.append(cur)
+            head, cur = None, None
+    if head is not None:
+        tables.append(cur)
+    return tables
+
+
+def test_files_exist(report_dir):
+    for name in ("report.md", "report.html", "plan.json", "allocations.csv", "epochs.csv"):
+        assert (report_dir / name).is_file(), name
+    figs = sorted(p.name for p in (report_dir / "figures").iterdir())
+    assert {
+        "vpods_over_epochs.png",
+        "chips_vs_inventory.png",
+        "energy_money_per_epoch.png",
+        "pareto_candidates.png",
+        "rooflines.png",
+    } <= set(figs)
+    for f in figs:
+        assert (report_dir / "figures" / f).read_bytes().startswith(PNG)
+
+
+class _Collect(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.imgs, self.tables, self.links = [], 0, []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.imgs.append(a.get("src", ""))
+        if tag == "table":
+            self.tables += 1
+        if tag in ("link", "script") or (tag == "a" and a.get("href", "").startswith("http")):
+            self.links.append(tag)
+
+
+def test_html_is_self_contained_and_parses(report_dir):
+    p = _Collect()
+    p.feed((report_dir / "report.html").read_text())
+    p.close()
+    assert len(p.imgs) >= 5 and p.tables >= 4
+    assert not p.links
+    for src in p.imgs:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG)
+
+
+def test_markdown_numbers_equal_plan_json(report_dir):
+    plan = json.loads((report_dir / "plan.json").read_text())
+    tables = md_tables((report_dir / "report.md").read_text())
+    summary = next(t for t in tables if t and "objective_value" in t[0])[0]
+    assert summary["status"] == plan["status"] == "optimal"
+    for key in ("objective_value", "bound", "gap"):
+        assert float(summary[key]) == pytest.approx(plan[key], rel=1e-9, abs=1e-12)
+    totals = next(t for t in tables if t and "energy_j" in t[0] and "cost_usd" in t[0] and "epoch" not in t[0])[0]
+    for key in ("energy_j", "cost_usd", "carbon_kg"):
+        assert float(totals[key]) == pytest.approx(plan["totals"][key], rel=1e-9)
+    alloc = next(t for t in tables if t and "n_vpods" in t[0])
+    assert len(alloc) == len(plan["allocations"]) > 0
+    for row, ref in zip(alloc, plan["allocations"], strict=True):
+        assert (row["bucket"], row["chip"], row["shape"]) == (ref["bucket"], ref["chip"], ref["shape"])
+        assert int(row["n_vpods"]) == ref["n_vpods"]
+        assert float(row["rate_rps"]) == pytest.approx(ref["rate_rps"], rel=1e-9)
+    csv = pd.read_csv(report_dir / "allocations.csv")
+    assert csv["n_vpods"].tolist() == [r["n_vpods"] for r in plan["allocations"]]
+    baselines = next(t for t in tables if t and "ratio" in t[0])
+    assert [r["method"] for r in baselines] == ["milp", "greedy", "homogeneous", "unlimited"]
+    assert all(float(r["ratio"]) >= 1 - 1e-9 for r in baselines if r["method"] in ("greedy", "homogeneous"))
+
+
+def test_report_is_deterministic_except_timing(report_dir, tmp_path):
+    again = tmp_path / "again"
+    assert main(["plan", str(INSTANCES / "small.toml"), "--out", str(again), "--quiet"]) == 0
+    for name in ("allocations.csv", "epochs.csv", "figures/rooflines.png", "figures/vpods_over_epochs.png"):
+        assert (again / name).read_bytes() == (report_dir / name).read_bytes(), name
+    a = json.loads((again / "plan.json").read_text())
+    b = json.loads((report_dir / "plan.json").read_text())
+    a.pop("solve_seconds"), b.pop("solve_seconds")
+    for e in a["epochs"] + b["epochs"]:
+        e.pop("solve_seconds", None)
+    assert a == b
+
+
+@pytest.mark.parametrize("make", ["file_parent", "existing_file", "missing_parent"])
+def test_unwritable_out_is_exit_2_and_nothing_written(tmp_path, capsys, make):
+    if make == "file_parent":
+        (tmp_path / "f").write_text("x")
+        out = tmp_path / "f" / "report"
+    elif make == "existing_file":
+        out = tmp_path / "report"
+        out.write_text("x")
+    else:
+        out = tmp_path / "no" / "such" / "report"
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    code = main(["plan", str(INSTANCES / "small.toml"), "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--out" in err and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
