@@ -56,7 +56,7 @@ fraction of a vPod's sustainable rate the plan may load it to; queueing headroom
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -145,33 +145,14 @@ class Coefficients:
         """A copy with every generation's inventory set to infinity (the ``unlimited`` reference)."""
         chips = self.chips.copy()
         chips["healthy_chips"] = math.inf
-        return Coefficients(
-            configs=self.configs,
-            demand=self.demand,
-            buckets=self.buckets,
-            chips=chips,
-            epoch_s=self.epoch_s,
-            pue=self.pue,
-            carbon_kg_per_kwh=self.carbon_kg_per_kwh,
-            util_cap=self.util_cap,
-            source=self.source,
-            meta=dict(self.meta),
-            pods=self.pods,
-        )
+        return replace(self, chips=chips, meta=dict(self.meta))
 
     def restrict_chips(self, chips: list[str]) -> Coefficients:
         """A copy whose configurations use only the named generations (the ``homogeneous`` baseline)."""
-        keep = self.configs["chip"].isin(chips)
-        return Coefficients(
-            configs=self.configs[keep].reset_index(drop=True),
-            demand=self.demand,
-            buckets=self.buckets,
+        return replace(
+            self,
+            configs=self.configs[self.configs["chip"].isin(chips)].reset_index(drop=True),
             chips=self.chips[self.chips["chip"].isin(chips)].reset_index(drop=True),
-            epoch_s=self.epoch_s,
-            pue=self.pue,
-            carbon_kg_per_kwh=self.carbon_kg_per_kwh,
-            util_cap=self.util_cap,
-            source=self.source,
             meta=dict(self.meta),
             pods=None if self.pods is None else self.pods[self.pods["chip"].isin(chips)].reset_index(drop=True),
         )
