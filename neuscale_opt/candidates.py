@@ -550,6 +550,20 @@ class CandidateSet:
     demand: pd.DataFrame
     slo_note: str
     model: ModelSpec
+    notes: tuple[str, ...] = ()
+
+
+def context_notes(model: ModelSpec, buckets: pd.DataFrame) -> tuple[str, ...]:
+    """Warnings about classes longer than the model's context window (still evaluated: the
+    roofline does not depend on the position encoding, but the served model may refuse them)."""
+    total = buckets["input_tokens"] + buckets["output_tokens"]
+    long = buckets.loc[total > model.max_context, "bucket"].astype(str).tolist()
+    if not long:
+        return ()
+    return (
+        f"class(es) {', '.join(long)} exceed {model.name}'s {model.max_context}-token context; "
+        "they are planned as if the model accepted them",
+    )
 
 
 def candidates(inst: Instance) -> CandidateSet:
@@ -572,7 +586,7 @@ def candidates(inst: Instance) -> CandidateSet:
     if not feas.empty:
         df.loc[feas.index, "pareto_energy"] = pareto_mask(feas, "energy_j_per_req")
         df.loc[feas.index, "pareto_cost"] = pareto_mask(feas, "cost_usd_per_req")
-    return CandidateSet(df, buckets, demand, slo_note, model)
+    return CandidateSet(df, buckets, demand, slo_note, model, context_notes(model, buckets))
 
 
 def pods_frame(inst: Instance) -> pd.DataFrame:

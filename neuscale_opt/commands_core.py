@@ -101,6 +101,7 @@ def cmd_candidates(args: argparse.Namespace) -> int:
                 "instance": inst.name,
                 "model": cs.model.name,
                 "slo": cs.slo_note,
+                "notes": list(cs.notes),
                 "buckets": cs.buckets.to_dict("records"),
                 "evaluated": int(len(t)),
                 "feasible": int(t["feasible"].sum()),
@@ -122,6 +123,8 @@ def _print_summary(name: str, cs, shown: pd.DataFrame) -> None:
     t = cs.table
     out = sys.stdout
     out.write(f"instance {name}: {cs.model.name}; SLO {cs.slo_note}\n")
+    for note in cs.notes:
+        out.write(f"note: {note}\n")
     out.write(
         f"{len(t)} candidates evaluated, {int(t['memory_ok'].sum())} fit in memory, "
         f"{int(t['feasible'].sum())} also meet the SLO; Pareto-optimal shown: {len(shown)}\n\n"

@@ -119,3 +119,9 @@ def test_candidates_are_deterministic(small):
     inst, cs = small
     again = candidates(inst).table
     pd.testing.assert_frame_equal(cs.table, again)
+
+
+def test_classes_beyond_the_context_window_are_noted():
+    cs = candidates(load_instance(INSTANCES / "default.toml"))
+    assert any("s8192-inf" in n and "8192-token context" in n for n in cs.notes)
+    assert candidates(load_instance(INSTANCES / "small.toml")).notes == ()

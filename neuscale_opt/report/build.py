@@ -206,6 +206,7 @@ def build_report(
                 )
                 + f"{len(epochs)} epoch(s) of {num(coeffs.epoch_s)} s; variant {solution.options.variant}, "
                 f"{solution.options.serving} serving.",
+                *(f"Note: {n}." for n in (cset.notes if cset is not None else ())),
                 "Independent evaluation: "
                 + ("feasible" if evaluation.feasible else "VIOLATIONS: " + "; ".join(evaluation.violations[:5])),
             ],
