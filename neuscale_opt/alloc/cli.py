@@ -29,7 +29,7 @@ from neuscale_opt.alloc.melange import (
     profile_coefficients,
     profile_to_toml,
 )
-from neuscale_opt.alloc.options import BACKENDS, METHODS, OBJECTIVES, SERVINGS, VARIANTS, PlanOptions
+from neuscale_opt.alloc.options import BACKENDS, METHODS, OBJECTIVES, PLACEMENTS, SERVINGS, VARIANTS, PlanOptions
 from neuscale_opt.alloc.plan import plan
 from neuscale_opt.alloc.solution import Solution
 from neuscale_opt.coefficients import Coefficients
@@ -73,6 +73,7 @@ def register(sub) -> None:
     p.add_argument("--variant", choices=VARIANTS, default=None, help="override planning.variant")
     p.add_argument("--serving", choices=SERVINGS, default=None, help="override planning.serving")
     p.add_argument("--backend", choices=BACKENDS, default=None, help="override solver.backend")
+    p.add_argument("--placement", choices=PLACEMENTS, default=None, help="override planning.placement")
     p.add_argument("--allow-unserved", action="store_true", default=None, help="plan partially if over-subscribed")
     p.add_argument("--time-limit", type=float, default=None, metavar="S", help="solver time limit per epoch (s)")
     p.add_argument("--json", default=None, metavar="PATH", help="write the plan as JSON to PATH ('-' = stdout)")
@@ -104,6 +105,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         backend=args.backend,
         allow_unserved=args.allow_unserved,
         time_limit_s=args.time_limit,
+        placement=args.placement,
     )
     from neuscale_opt.report.progress import progress_bar
 
@@ -145,7 +147,9 @@ def write_plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, opti
         from neuscale_opt.candidates import candidates
 
         cset = candidates(inst)
-    report = build_report(inst, cset, coeffs, sol, ev, baselines)
+    pods = None if coeffs.pods is None else coeffs.pods.to_dict("records")
+    placements = getattr(sol, "placements", None)
+    report = build_report(inst, cset, coeffs, sol, ev, baselines, placements=placements, pods=pods)
     write_report(args.out, report)
     return str(args.out)
 
@@ -170,6 +174,11 @@ def summary(sol: Solution, coeffs: Coefficients) -> str:
     if len(sol.allocations):
         lines.append(sol.allocations[cols].to_string(index=False))
     ev = evaluate(sol, coeffs if sol.method != "unlimited" else coeffs.with_unlimited_inventory())
+    placed = len(sol.placements) if getattr(sol, "placements", None) is not None else 0
+    line = f"placement: {ev.totals.get('placement', 'not applicable')}, {placed} vPods placed"
+    if getattr(ev, "unplaced", ()):
+        line += f"; not placed: {', '.join(ev.unplaced)}"
+    lines.insert(4, line)
     if not ev.feasible:
         lines.append("evaluation: " + "; ".join(ev.violations))
     return "\n".join(lines) + "\n"

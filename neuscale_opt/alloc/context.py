@@ -4,14 +4,16 @@
 :class:`~neuscale_opt.alloc.options.PlanOptions` into a frozen :class:`EpochContext`: the usable
 configurations with their derived parameters (capacity under the utilisation cap, per-request and
 per-vPod objective coefficients), the vPod groups of the chosen variant, the demand to cover and the
-inventory. The Pyomo model, the greedy heuristic and the baselines all read this one object; the
-symbols match ``formulations/allocation.md``. No Pyomo in here.
+inventory, and - for generations given as pods - the packing data of the placement layer
+(:func:`placement_data`). The Pyomo model, the greedy heuristic and the baselines all read this one
+object; the symbols match ``formulations/allocation.md``. No Pyomo in here.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -19,6 +21,9 @@ import pandas as pd
 from neuscale_opt.alloc.options import DEFAULT_PENALTY_FACTOR, PlanOptions
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
 from neuscale_opt.errors import InputError
+from neuscale_opt.topology.patterns import GenPlacementData, fleet_placement_data
+from neuscale_opt.topology.pods import StateGroup, pod_states_from_frame
+from neuscale_opt.topology.slices import check_shape, shape_str
 
 SERVING_PHASES: dict[str, tuple[str, ...]] = {
     "colocated": ("colocated",),
@@ -57,8 +62,11 @@ class EpochContext:
     * ``dcn_j_per_req`` - KV-transfer energy per request at the chip (0 when colocated).
 
     ``groups`` holds the groups G with ``held_obj_per_vpod`` - h_g, objective units per vPod held
-    over the epoch. ``demand`` maps each covered (class, phase) pair to its rate d_b (req/s); pairs
-    with zero demand are left out, with their configurations.
+    over the epoch, and ``placed_shape`` - the canonical slice shape s(g) when the group's generation
+    is placed (else ``None``). ``demand`` maps each covered (class, phase) pair to its rate d_b (req/s);
+    pairs with zero demand are left out, with their configurations. ``placement`` maps each placed
+    generation (pods given, finite inventory, ``options.placement != "none"``) to its packing data;
+    empty when nothing is placed.
     """
 
     epoch: int
@@ -73,6 +81,7 @@ class EpochContext:
     demand: dict[tuple[str, str], float]
     inventory: dict[str, float]
     bucket_rate: dict[str, float]
+    placement: Mapping[str, GenPlacementData] = field(default_factory=dict)
 
     @property
     def cover(self) -> list[tuple[str, str]]:
@@ -177,6 +186,42 @@ class Prepared:
     options: PlanOptions
     configs: pd.DataFrame
     penalty_per_req: float
+    placement: Mapping[str, GenPlacementData] = field(default_factory=dict)
+
+
+def placed_pods(coeffs: Coefficients, options: PlanOptions) -> list[StateGroup]:
+    """Distinct pod states of the generations the plan must place: given as pods (TPU tori), with a
+    finite inventory (an ``unlimited`` run places nothing), unless ``options.placement`` is ``none``."""
+    if options.placement == "none" or coeffs.pods is None or len(coeffs.pods) == 0:
+        return []
+    inv = coeffs.inventory()
+    return [g for g in pod_states_from_frame(coeffs.pods) if not math.isinf(inv.get(g.state.chip, math.inf))]
+
+
+def placement_data(groups: list[StateGroup], cfg: pd.DataFrame) -> dict[str, GenPlacementData]:
+    """Packing data (patterns per distinct pod state, fine-shape capacities) of each placed generation,
+    for the canonical shapes of its usable configurations (the shapes of interest)."""
+    chips = {g.state.chip for g in groups}
+    shapes = {
+        str(c): sorted(set(part["placed_shape"])) for c, part in cfg[cfg["chip"].isin(chips)].groupby("chip", sort=True)
+    }
+    return fleet_placement_data(groups, shapes)
+
+
+def _placed_shapes(cfg: pd.DataFrame, chips: set[str]) -> pd.Series:
+    """Canonical shape string of each row of a placed generation (the name the placement layer counts),
+    ``None`` elsewhere; an input error when a shape is not allowed on its generation."""
+    out: list[str | None] = []
+    memo: dict[tuple[str, str], str] = {}
+    for chip, shape in zip(cfg["chip"].astype(str), cfg["shape"].astype(str), strict=True):
+        if chip not in chips:
+            out.append(None)
+            continue
+        key = (chip, shape)
+        if key not in memo:
+            memo[key] = shape_str(check_shape(chip, shape, where=f"coefficients.configs ({chip})"))
+        out.append(memo[key])
+    return pd.Series(out, index=cfg.index, dtype=object)
 
 
 def prepare(coeffs: Coefficients, options: PlanOptions) -> Prepared:
@@ -194,7 +239,10 @@ def prepare(coeffs: Coefficients, options: PlanOptions) -> Prepared:
     penalty = float(resolve_options(coeffs, options).unserved_penalty or 1.0)
     if options.prune_dominated:
         cfg = prune_dominated(cfg)
-    return Prepared(options=options, configs=cfg, penalty_per_req=penalty)
+    groups = placed_pods(coeffs, options)
+    cfg["placed_shape"] = _placed_shapes(cfg, {g.state.chip for g in groups})
+    data = placement_data(groups, cfg) if groups and not cfg.empty else {}
+    return Prepared(options=options, configs=cfg, penalty_per_req=penalty, placement=data)
 
 
 def build_context(
@@ -223,6 +271,7 @@ def build_context(
         demand=demand,
         inventory=coeffs.inventory(),
         bucket_rate=bucket_rate,
+        placement=prepared.placement,
     )
 
 
@@ -239,7 +288,12 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12) -> pd.DataFrame:
     if cfg.empty:
         return cfg
     keep: list[str] = []
-    for _, part in cfg.groupby(["chip", "phase"], sort=True):
+    # g' must serve every class g serves: when each group serves one class (the dedicated variant),
+    # only groups of the same class can dominate each other, and comparing class by class keeps the
+    # pairwise arrays small (G_b^2 instead of G^2 x B).
+    one_class = bool((cfg.groupby("group")["bucket"].nunique() == 1).all())
+    keys = ["chip", "phase", "bucket"] if one_class else ["chip", "phase"]
+    for _, part in cfg.groupby(keys, sort=True):
         cap = part.pivot(index="group", columns="bucket", values="cap_rps")
         acoef = part.pivot(index="group", columns="bucket", values="var_obj_per_req").loc[cap.index, cap.columns]
         head = part.drop_duplicates("group").set_index("group").loc[cap.index]
@@ -276,7 +330,7 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12) -> pd.DataFrame:
 
 
 def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
-    cols = ["group", *GROUP_COLUMNS, "held_obj_per_vpod"]
+    cols = ["group", *GROUP_COLUMNS, "held_obj_per_vpod", "placed_shape"]
     if cfg.empty:
         return pd.DataFrame(columns=cols)
     g = cfg[cols]

@@ -8,6 +8,14 @@ the coefficient tables only, and recomputes
   group's load fits its vPods under the utilisation cap; each generation's chips fit its
   inventory; each (epoch, class, phase) is covered (served + unserved = demand), with unserved
   demand only where allowed;
+* placement, for the generations given as pods with a finite inventory: when the plan carries
+  placement rows, :func:`neuscale_opt.topology.check.check_placements` (allowed shape, aligned, inside
+  the pod, no failed chip, connected, chips disjoint across the vPods of an epoch) and, per (epoch,
+  generation, canonical shape) and per (epoch, vPod group), as many rows as the allocation holds
+  vPods. A plan without any placement row (``placement = "none"``, or a planner that does not place)
+  is not infeasible for that: :attr:`Evaluation.unplaced` names the generations whose vPods it leaves
+  unplaced and ``totals["placement"]`` says ``unplaced`` (else ``checked``, or ``not applicable``
+  when no placed generation is used);
 * accounting, per epoch then in total: energy (J, facility level), money (USD), carbon (kgCO2e,
   operational + embodied), chips held per generation (peak over epochs), unserved rate, and the
   efficiencies tokens per joule and per dollar.
@@ -25,7 +33,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from neuscale_opt.catalog import get_chip
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
+from neuscale_opt.topology.check import check_placements
+from neuscale_opt.topology.pods import PLACEABLE, PodState, state_of
+from neuscale_opt.topology.slices import canonical, shape_str
 
 RTOL = 1e-6
 _PHASES = {"colocated": {"colocated"}, "disaggregated": {"prefill", "decode"}}
@@ -34,13 +46,16 @@ _PHASES = {"colocated": {"colocated"}, "disaggregated": {"prefill", "decode"}}
 @dataclass(frozen=True)
 class Evaluation:
     """Result of :func:`evaluate`: feasibility verdict, violations (one line each), totals and the
-    objective recomputed in the solution's objective units (penalty of unserved demand included)."""
+    objective recomputed in the solution's objective units (penalty of unserved demand included).
+    ``unplaced``: generations given as pods whose vPods the plan holds without placement rows (a
+    count-only plan; reported, not a violation)."""
 
     feasible: bool
     violations: tuple[str, ...]
     totals: dict[str, Any]
     objective_value: float
     by_epoch: pd.DataFrame
+    unplaced: tuple[str, ...] = ()
 
 
 def _rel_ok(lhs: float, rhs: float, rtol: float = RTOL) -> bool:
@@ -110,6 +125,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         n_min=("n_vpods", "min"),
         load=("_load", "sum"),
         chip=("chip", "first"),
+        shape=("shape", "first"),
         chips_per_vpod=("chips_per_vpod", "first"),
         static_w=("_static_power_w", "first"),
         price=("_price_usd_per_hour", "first"),
@@ -129,6 +145,10 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         cap = inventory.get(str(c), 0.0)
         if not math.isinf(cap) and not _rel_ok(used, cap):
             violations.append(f"epoch {e}: {c} uses {used:.0f} chips of {cap:.0f} healthy")
+
+    # -- placement ----------------------------------------------------------------------------
+    placement_status, unplaced, problems = _check_placement(solution, coeffs, groups)
+    violations.extend(problems)
 
     # -- coverage ---------------------------------------------------------------------------
     uns = solution.unserved
@@ -196,6 +216,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     key = {"energy": "energy_j", "cost": "cost_usd", "carbon": "carbon_kg"}[solution.objective]
     penalty = float(solution.penalty_per_req) * t * sum(uns_map.values())
     totals["penalty"] = penalty
+    totals["placement"] = placement_status
     objective_value = float(totals[key]) + penalty
     return Evaluation(
         feasible=not violations,
@@ -203,7 +224,55 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         totals=totals,
         objective_value=objective_value,
         by_epoch=by_epoch,
+        unplaced=unplaced,
     )
+
+
+def placed_pods(coeffs: Coefficients) -> dict[str, PodState]:
+    """Pod id -> state of the pods a plan must place: TPU tori given as pods, of generations with a
+    finite inventory (read from ``coeffs.pods``)."""
+    if coeffs.pods is None or len(coeffs.pods) == 0:
+        return {}
+    inv = coeffs.inventory()
+    out: dict[str, PodState] = {}
+    for r in coeffs.pods.itertuples(index=False):
+        chip = str(r.chip)
+        if get_chip(chip).topology in PLACEABLE and not math.isinf(inv.get(chip, math.inf)):
+            out[str(r.pod)] = state_of(chip, r.dims, r.failed)
+    return out
+
+
+def _check_placement(
+    solution: Any, coeffs: Coefficients, groups: pd.DataFrame
+) -> tuple[str, tuple[str, ...], list[str]]:
+    """(status, unplaced generations, violations) of the plan's placements; see the module docstring."""
+    pods = placed_pods(coeffs)
+    gens = {st.chip for st in pods.values()}
+    held = groups[(groups["n"].astype(float) > 0) & groups["chip"].astype(str).isin(gens)]
+    if held.empty:
+        return "not applicable", (), []
+    rows = getattr(solution, "placements", None)
+    if rows is None or len(rows) == 0:
+        return "unplaced", tuple(sorted(set(held["chip"].astype(str)))), []
+    probs: list[str] = []
+    counts: dict[tuple[int, str, str], int] = {}
+    for g in held.itertuples():
+        parts = str(g.shape).lower().split("x")
+        shape = tuple(int(x) for x in parts) if all(x.isdigit() for x in parts) else ()
+        can = canonical(get_chip(str(g.chip)), shape) if shape else None
+        if can is None:
+            probs.append(f"epoch {g.epoch} group {g.vpod_group!r}: shape {g.shape} cannot be placed on {g.chip}")
+            continue
+        key = (int(g.epoch), str(g.chip), shape_str(can))
+        counts[key] = counts.get(key, 0) + int(g.n)
+    probs.extend(f"placement: {p}" for p in check_placements(rows, pods, counts))
+    if "vpod_group" in rows.columns:
+        got = rows.groupby(["epoch", "vpod_group"]).size()
+        want = {(int(g.epoch), str(g.vpod_group)): int(g.n) for g in held.itertuples()}
+        for (e, g), k in sorted(want.items()):
+            if int(got.get((e, g), 0)) != k:
+                probs.append(f"placement: epoch {e} group {g!r}: {int(got.get((e, g), 0))} placed vPods, holds {k}")
+    return "checked", (), probs
 
 
 def _kv_ttft_violations(ref: pd.DataFrame, coeffs: Coefficients, bw: np.ndarray, kv: np.ndarray) -> list[str]:

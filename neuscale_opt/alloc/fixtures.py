@@ -80,12 +80,15 @@ def make_coefficients(
     pue: float = 1.0,
     carbon_kg_per_kwh: float = 0.5,
     util_cap: float = 1.0,
+    pods: dict[str, list[tuple[tuple[int, ...], list[tuple[int, ...]]]]] | None = None,
 ) -> Coefficients:
     """Coefficients from rows made by :func:`vpod`.
 
     ``demand`` maps a class (epoch 0) or an (epoch, class) pair to req/s; ``inventory`` maps a
     generation to healthy chips (absent = unlimited); ``slo`` maps a class to
-    ``{"ttft_slo_s": ..., "tpot_slo_s": ..., "e2e_slo_s": ...}``.
+    ``{"ttft_slo_s": ..., "tpot_slo_s": ..., "e2e_slo_s": ...}``. ``pods`` maps a catalog TPU
+    generation to its pods ``[(dims, failed chip coordinates), ...]`` (ids ``chip/i``); such a
+    generation's inventory defaults to its healthy chips.
     """
     cfg = pd.DataFrame(configs, columns=list(CONFIG_COLUMNS))
     dem_items = [((0, k) if isinstance(k, str) else k, float(v)) for k, v in demand.items()]
@@ -105,7 +108,14 @@ def make_coefficients(
             "e2e_slo_s": [slo.get(b, {}).get("e2e_slo_s", math.nan) for b in classes],
         }
     )
-    inventory = inventory or {}
+    inventory = dict(inventory or {})
+    pod_rows = [
+        {"pod": f"{chip}/{i}", "chip": chip, "dims": tuple(dims), "failed": tuple(tuple(c) for c in failed)}
+        for chip, lst in (pods or {}).items()
+        for i, (dims, failed) in enumerate(lst)
+    ]
+    for chip, lst in (pods or {}).items():
+        inventory.setdefault(chip, float(sum(math.prod(d) - len(set(map(tuple, f))) for d, f in lst)))
     names = sorted(set(cfg["chip"]))
     chips = pd.DataFrame(
         {
@@ -128,4 +138,5 @@ def make_coefficients(
         carbon_kg_per_kwh=carbon_kg_per_kwh,
         util_cap=util_cap,
         source="fixture",
+        pods=pd.DataFrame(pod_rows, columns=["pod", "chip", "dims", "failed"]) if pods else None,
     )

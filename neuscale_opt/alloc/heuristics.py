@@ -15,10 +15,25 @@ Greedy best-fit (``greedy``)
     next generation) when the chips run out. What no configuration can take is unserved (or makes
     the heuristic infeasible when unserved demand is not allowed).
 
+Placement (both heuristics, generations given as pods)
+    Each vPod is placed when it is bought, by the first-fit rule of
+    :class:`~neuscale_opt.topology.greedy.FirstFitPlacer`: the lowest pod in fleet order where it
+    fits, at the first free aligned position (orientations as listed, origins row-major); sub-host
+    and sub-cube slices go to damaged hosts or cubes first and fill one host or cube before the next
+    (best fit, whole hosts and cubes stay free for larger slices); cube-built slices take the
+    lowest-numbered free healthy cubes. vPods are placed in the order the heuristic buys them (class
+    order above, then configuration rank), never moved. **Fail-over on fragmentation:** when a slice
+    of the configuration's shape no longer fits anywhere although the generation still has enough
+    healthy chips, the configuration is treated as exhausted and the class moves on to its next
+    configuration (another shape of the same generation, or another generation), exactly as when
+    the chips run out. vPods a trim releases at the end give back their placement (the last placed
+    first).
+
 Homogeneous (``homogeneous``)
     A conventional auto-scaler on one chip generation: for each class its most efficient
     configuration on that generation, ``ceil(d_b / c_k)`` vPods, nothing else. Run on each
-    generation; the baseline is the best of them.
+    generation; the baseline is the best of them. With placement, a class whose slices stop fitting
+    although chips remain fails over to its next configurations of that generation.
 """
 
 from __future__ import annotations
@@ -27,13 +42,18 @@ import math
 from dataclasses import dataclass, field
 
 from neuscale_opt.alloc.context import EpochContext
+from neuscale_opt.alloc.placement import GroupPlacements, pod_order
+from neuscale_opt.topology.greedy import FirstFitPlacer
+from neuscale_opt.topology.patterns import PodPlacement
 
 EPS = 1e-9
 
 
 @dataclass(frozen=True)
 class EpochPlan:
-    """One epoch's plan: vPods per group, rate per configuration, unserved rate per class."""
+    """One epoch's plan: vPods per group, rate per configuration, unserved rate per class, and the
+    placements of the vPods of placed generations as (group, placement) pairs. ``unfit`` lists the
+    (generation, shape) slices that stopped fitting although chips remained (heuristics only)."""
 
     n: dict[str, int]
     x: dict[str, float]
@@ -41,6 +61,17 @@ class EpochPlan:
     status: str = "feasible"
     diagnosis: str | None = None
     exhausted: tuple[str, ...] = field(default_factory=tuple)
+    placements: GroupPlacements = ()
+    unfit: tuple[tuple[str, str], ...] = ()
+
+
+def make_placer(ctx: EpochContext) -> FirstFitPlacer | None:
+    """A first-fit placer over the pods of the placed generations, in fleet order (``None`` when
+    nothing is placed)."""
+    if not ctx.placement:
+        return None
+    pods = {pid: g.state for d in ctx.placement.values() for g in d.groups for pid in g.pod_ids}
+    return FirstFitPlacer(dict(sorted(pods.items(), key=lambda kv: pod_order(kv[0]))))
 
 
 def efficiency(ctx: EpochContext) -> dict[str, float]:
@@ -77,7 +108,14 @@ def _class_order(ctx: EpochContext, ranked: dict[tuple[str, str], list]) -> list
     return sorted(ctx.cover, key=lambda bp: (-chips_needed(bp), bp[0], phase_rank[bp[1]]))
 
 
-def _fill(ctx: EpochContext, ranked: dict[tuple[str, str], list], order: list[tuple[str, str]]) -> EpochPlan:
+def _fill(
+    ctx: EpochContext,
+    ranked: dict[tuple[str, str], list],
+    order: list[tuple[str, str]],
+    fit_fallback: dict[tuple[str, str], list] | None = None,
+) -> EpochPlan:
+    """Serve the classes in ``order``, each walking ``ranked[bp]``; ``fit_fallback[bp]`` lists further
+    configurations tried only after a slice of the class stopped fitting although chips remained."""
     remaining = dict(ctx.inventory)
     n: dict[str, int] = {}
     load: dict[str, float] = {}
@@ -85,10 +123,21 @@ def _fill(ctx: EpochContext, ranked: dict[tuple[str, str], list], order: list[tu
     short: dict[tuple[str, str], float] = {}
     trail: dict[tuple[str, str], list[tuple[str, str, float]]] = {}
     exhausted: set[str] = set()
+    placer = make_placer(ctx)
+    placed: dict[str, list[PodPlacement]] = {}
+    unfit: set[tuple[str, str]] = set()
     for bp in order:
         r_left = ctx.demand[bp]
         trail[bp] = []
-        for r in ranked[bp]:
+        blocked = False  # a slice of this class stopped fitting although chips remained
+        walk = list(ranked[bp])
+        extra = list((fit_fallback or {}).get(bp, []))
+        while walk or extra:
+            if not walk:
+                if not blocked:
+                    break
+                walk, extra = extra, []
+            r = walk.pop(0)
             if r_left <= EPS * max(1.0, ctx.demand[bp]):
                 break
             g, c, cpv, chip = r.group, float(r.cap_rps), float(r.chips_per_vpod), str(r.chip)
@@ -99,6 +148,10 @@ def _fill(ctx: EpochContext, ranked: dict[tuple[str, str], list], order: list[tu
             afford = need if math.isinf(avail) else min(need, int(math.floor(avail / cpv + EPS)))
             if afford < need:
                 exhausted.add(chip)
+            if placer is not None and chip in ctx.placement and afford > 0:
+                fits = _place(placer, chip, str(r.placed_shape), afford, placed.setdefault(g, []), unfit)
+                blocked |= fits < afford
+                afford = fits
             n[g] += afford
             if not math.isinf(avail):
                 remaining[chip] = avail - afford * cpv
@@ -129,6 +182,8 @@ def _fill(ctx: EpochContext, ranked: dict[tuple[str, str], list], order: list[tu
     # release vPods a trim left idle (never more than the load needs)
     for g in n:
         n[g] = min(n[g], max(math.ceil(load[g] - 1e-7), 0))
+        if g in placed:
+            del placed[g][n[g] :]
     x = {k: v for k, v in x.items() if v > 0}
     n = {g: v for g, v in n.items() if v > 0}
     status, diagnosis = "feasible", None
@@ -140,7 +195,37 @@ def _fill(ctx: EpochContext, ranked: dict[tuple[str, str], list], order: list[tu
             f"epoch {ctx.epoch}: class {worst!r} left {s[worst]:.4g} req/s uncovered "
             f"after exhausting generations: {chips}"
         )
-    return EpochPlan(n=n, x=x, s=s, status=status, diagnosis=diagnosis, exhausted=tuple(sorted(exhausted)))
+        if unfit:
+            diagnosis += "; slices that no longer fit although chips remained: " + ", ".join(
+                f"{c} {sh}" for c, sh in sorted(unfit)
+            )
+    pairs = tuple((g, pp) for g in sorted(placed) for pp in placed[g])
+    return EpochPlan(
+        n=n,
+        x=x,
+        s=s,
+        status=status,
+        diagnosis=diagnosis,
+        exhausted=tuple(sorted(exhausted)),
+        placements=pairs,
+        unfit=tuple(sorted(unfit)),
+    )
+
+
+def _place(
+    placer: FirstFitPlacer, chip: str, shape: str, k: int, into: list[PodPlacement], unfit: set[tuple[str, str]]
+) -> int:
+    """Place up to ``k`` vPods of ``shape`` on ``chip`` one by one (first fit); returns how many fit.
+    A shape that failed once is not tried again in the epoch (nothing is freed while filling)."""
+    if (chip, shape) in unfit:
+        return 0
+    for i in range(k):
+        pp = placer.place(chip, shape)
+        if pp is None:
+            unfit.add((chip, shape))
+            return i
+        into.append(pp)
+    return k
 
 
 def greedy_epoch(ctx: EpochContext) -> EpochPlan:
@@ -151,6 +236,10 @@ def greedy_epoch(ctx: EpochContext) -> EpochPlan:
 
 def homogeneous_epoch(ctx: EpochContext, chip: str) -> EpochPlan:
     """One generation only, each class on its most efficient configuration of that generation,
-    ``ceil(d_b / c_k)`` vPods (a conventional auto-scaler)."""
-    ranked = {bp: rs[:1] for bp, rs in _ranked(ctx, chip).items()}
-    return _fill(ctx, ranked, _class_order(ctx, ranked))
+    ``ceil(d_b / c_k)`` vPods (a conventional auto-scaler). With placement, a class whose slices stop
+    fitting although chips remain fails over to its next configurations of that generation, in
+    efficiency order (only then: without placement the baseline keeps one configuration per class)."""
+    full = _ranked(ctx, chip)
+    ranked = {bp: rs[:1] for bp, rs in full.items()}
+    fallback = {bp: rs[1:] for bp, rs in full.items()} if chip in ctx.placement else None
+    return _fill(ctx, ranked, _class_order(ctx, ranked), fallback)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pyomo.environ as pyo
 
 from neuscale_opt.alloc.context import EpochContext
+from neuscale_opt.topology.milp import add_placement_constraints
 
 
 def add_sets(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
@@ -23,7 +24,9 @@ def add_sets(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     * ``GROUPS`` (G): vPod groups (a configuration when dedicated, a vPod type when pooled);
     * ``COVER`` (B x P): demanded (class, phase) pairs;
     * ``BUCKETS`` (B): demanded classes;
-    * ``CHIPS`` (C): generations with a finite inventory and at least one usable configuration.
+    * ``CHIPS`` (C): generations with a finite inventory and at least one usable configuration;
+    * ``PLACED_SHAPES`` (C^pl x S): (generation, canonical shape) pairs of the groups of the placed
+      generations (only when something is placed).
     """
     cfg = ctx.configs
     m.CONFIGS = pyo.Set(initialize=sorted(cfg["config_id"]), ordered=True)
@@ -32,6 +35,21 @@ def add_sets(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     m.BUCKETS = pyo.Set(initialize=ctx.buckets, ordered=True)
     finite = sorted(c for c in set(ctx.groups["chip"]) if not math.isinf(ctx.inventory.get(str(c), math.inf)))
     m.CHIPS = pyo.Set(initialize=finite, ordered=True)
+    placed = _placed_members(ctx)
+    if placed:
+        m.PLACED_SHAPES = pyo.Set(initialize=sorted(placed), dimen=2, ordered=True)
+
+
+def _placed_members(ctx: EpochContext) -> dict[tuple[str, str], list[str]]:
+    """(generation, canonical shape) -> the groups of that generation and shape, for the placed
+    generations (empty when nothing is placed)."""
+    if not ctx.placement or ctx.options.placement == "none":
+        return {}
+    out: dict[tuple[str, str], list[str]] = {}
+    for r in ctx.groups.itertuples():
+        if str(r.chip) in ctx.placement:
+            out.setdefault((str(r.chip), str(r.placed_shape)), []).append(str(r.group))
+    return {k: sorted(v) for k, v in out.items()}
 
 
 def add_variables(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
@@ -143,6 +161,32 @@ def add_chip_inventory(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     m.chip_inventory = pyo.Constraint(m.CHIPS, rule=rule)
 
 
+def add_placement(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
+    """**Constraint Name**: placement
+
+    **Enforced Over**: PLACED_SHAPES (generations given as pods, with a finite inventory)
+
+    The vPods chosen per generation c and canonical slice shape s must fit the pods at aligned,
+    disjoint, healthy positions. The count
+
+        placed_vpods[c, s] = N[c, s] = sum_{g in G: chip(g)=c, s(g)=s} n_g
+
+    feeds the block ``placement`` built by
+    :func:`neuscale_opt.topology.milp.add_placement_constraints` with the variant
+    ``options.placement``: ``pattern`` (integer pods per packing pattern of each distinct pod state,
+    symmetry-free) or ``exact`` (a binary per aligned position, small fleets). The block's components
+    are specified in ``formulations/placement.md`` section 4. ``chip_inventory`` stays: it is implied
+    for placed generations but keeps the LP relaxation tight and the counting rows readable.
+    """
+    if not hasattr(m, "PLACED_SHAPES"):
+        return
+    members = _placed_members(ctx)
+    m.placed_vpods = pyo.Expression(m.PLACED_SHAPES, rule=lambda _m, c, s: sum(_m.n_vpods[g] for g in members[c, s]))
+    counts = {k: m.placed_vpods[k] for k in m.PLACED_SHAPES}
+    data = {c: d for c, d in ctx.placement.items() if any(k[0] == c for k in counts)}
+    add_placement_constraints(m, counts, data, variant=ctx.options.placement, name="placement")
+
+
 def add_slice_assignment(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     """**Constraint Name**: slice_assignment
 
@@ -197,6 +241,7 @@ CONSTRAINT_BUILDERS: tuple[Callable[[pyo.ConcreteModel, EpochContext], None], ..
     add_vpod_capacity,
     add_chip_inventory,
     add_slice_assignment,
+    add_placement,
 )
 
 
@@ -212,14 +257,16 @@ def build_model(ctx: EpochContext) -> pyo.ConcreteModel:
 
 
 def component_ids(m: pyo.ConcreteModel) -> dict[str, set[str]]:
-    """Names of the model's components by kind (``set``, ``variable``, ``constraint``,
-    ``expression``, ``objective``), for checking them against the formulation document."""
+    """Names of the model's top-level components by kind (``set``, ``variable``, ``constraint``,
+    ``expression``, ``objective``, ``block``), for checking them against the formulation document.
+    The components inside the ``placement`` block are those of ``formulations/placement.md``."""
     kinds = {
         "set": pyo.Set,
         "variable": pyo.Var,
         "constraint": pyo.Constraint,
         "expression": pyo.Expression,
         "objective": pyo.Objective,
+        "block": pyo.Block,
     }
     out: dict[str, set[str]] = {}
     for kind, ctype in kinds.items():

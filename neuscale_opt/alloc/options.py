@@ -18,12 +18,14 @@ Variant = Literal["dedicated", "pooled"]
 Serving = Literal["colocated", "disaggregated"]
 Backend = Literal["highs", "ortools"]
 Method = Literal["milp", "greedy", "homogeneous", "unlimited"]
+Placement = Literal["pattern", "exact", "none"]
 
 OBJECTIVES: tuple[str, ...] = ("energy", "cost", "carbon")
 VARIANTS: tuple[str, ...] = ("dedicated", "pooled")
 SERVINGS: tuple[str, ...] = ("colocated", "disaggregated")
 BACKENDS: tuple[str, ...] = ("highs", "ortools")
 METHODS: tuple[str, ...] = ("milp", "greedy", "homogeneous", "unlimited")
+PLACEMENTS: tuple[str, ...] = ("pattern", "exact", "none")
 
 #: Default multiple of the dearest per-request cost used as the unserved-demand penalty
 #: (see ``formulations/allocation.md``, parameter ``penalty``).
@@ -58,6 +60,12 @@ class PlanOptions:
     prune_dominated:
         Drop configurations another one of the same generation dominates before modelling (an exact
         presolve, see the formulation); off only to check that it is exact.
+    placement:
+        How the vPods of generations given as pods (``Coefficients.pods``) must fit their tori:
+        ``pattern`` - packing patterns per distinct pod state (symmetry-free, the default);
+        ``exact`` - one binary per aligned slice position (small fleets only); ``none`` - count chips
+        only (no placements in the plan). Generations given as a plain chip count, GPUs and unlimited
+        inventories are counted only, whatever the setting (``formulations/allocation.md``).
     backend, time_limit_s, mip_gap, threads, seed:
         Solver settings. One thread and a fixed seed keep plans identical run to run.
     """
@@ -70,6 +78,7 @@ class PlanOptions:
     util_cap: float | None = None
     slice_factor: int | None = None
     prune_dominated: bool = True
+    placement: Placement = "pattern"
     backend: Backend = "highs"
     time_limit_s: float | None = 60.0
     mip_gap: float = 1e-6
@@ -83,6 +92,7 @@ class PlanOptions:
             ("variant", self.variant, VARIANTS),
             ("serving", self.serving, SERVINGS),
             ("backend", self.backend, BACKENDS),
+            ("placement", self.placement, PLACEMENTS),
         ):
             if value not in allowed:
                 problems.append(f"{name} must be one of {list(allowed)}, got {value!r}")
@@ -122,7 +132,15 @@ class PlanOptions:
         values: dict[str, Any] = {}
         if getattr(instance, "objective", None) is not None:
             values["objective"] = instance.objective
-        for key in ("variant", "serving", "allow_unserved", "unserved_penalty", "slice_factor", "util_cap"):
+        for key in (
+            "variant",
+            "serving",
+            "allow_unserved",
+            "unserved_penalty",
+            "slice_factor",
+            "util_cap",
+            "placement",
+        ):
             v = getattr(planning, key, None) if planning is not None else None
             if v is not None:
                 values[key] = v

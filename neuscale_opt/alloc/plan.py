@@ -27,11 +27,13 @@ from neuscale_opt.alloc.evaluate import evaluate
 from neuscale_opt.alloc.heuristics import EpochPlan, greedy_epoch, homogeneous_epoch
 from neuscale_opt.alloc.model import build_model
 from neuscale_opt.alloc.options import METHODS, PlanOptions
+from neuscale_opt.alloc.placement import milp_placements, placed_counts, placement_rows, unplaceable_reason
 from neuscale_opt.alloc.solution import (
     ALLOC_COLUMNS,
     Solution,
     empty_allocations,
     tidy_allocations,
+    tidy_placements,
     tidy_unserved,
 )
 from neuscale_opt.alloc.solve import solve_model
@@ -89,11 +91,13 @@ def _assemble(
 ) -> Solution:
     rows: list[dict[str, Any]] = []
     uns: list[dict[str, Any]] = []
+    placed: list[dict[str, Any]] = []
     epochs: list[dict[str, Any]] = []
     diagnosis = None
     for ctx, ep, info in per_epoch:
         if ep.status != "infeasible":
             rows.extend(_rows(ctx, ep))
+            placed.extend(placement_rows(ctx, ep.placements, ep.x))
             uns.extend({"epoch": ctx.epoch, "bucket": b, "unserved_rps": v} for b, v in sorted(ep.s.items()))
         elif diagnosis is None:
             diagnosis = ep.diagnosis
@@ -119,6 +123,7 @@ def _assemble(
         diagnosis=diagnosis,
         epochs=tuple(epochs),
         meta=dict(meta or {}),
+        placements=tidy_placements(placed),
     )
     if status == "infeasible":
         return draft
@@ -151,12 +156,32 @@ def _milp_epoch(ctx: EpochContext) -> tuple[EpochPlan, dict[str, Any]]:
             f"epoch {ctx.epoch}: the solver hit the time limit of {opts.time_limit_s} s without a plan"
         )
     if res.status == "infeasible":
-        return EpochPlan({}, {}, {}, status="infeasible", diagnosis=_joint_diagnosis(ctx)), info
+        reason = _placement_diagnosis(ctx) if ctx.placement else None
+        return EpochPlan({}, {}, {}, status="infeasible", diagnosis=reason or _joint_diagnosis(ctx)), info
     vals = res.values
     n = {str(g): int(round(v)) for g, v in vals.get("n_vpods", {}).items() if round(v) > 0}
     x = {str(k): max(v, 0.0) for k, v in vals.get("rate", {}).items() if v > 1e-9}
     s = {str(b): v for b, v in vals.get("unserved", {}).items() if v > 1e-9}
-    return EpochPlan(n=n, x=x, s=s, status=res.status), info
+    placements = milp_placements(m, ctx, n) if ctx.placement else ()
+    return EpochPlan(n=n, x=x, s=s, status=res.status, placements=placements), info
+
+
+def _placement_diagnosis(ctx: EpochContext) -> str | None:
+    """When counting chips alone would cover the demand, say which slices cannot be placed, and what
+    the best placeable partial plan leaves unserved; ``None`` when the chip counts already fall short."""
+    count_only = build_context_like(ctx, placement="none")
+    res = solve_model(build_model(count_only), count_only.options)
+    if not res.has_plan:
+        return None
+    n = {str(g): int(round(v)) for g, v in res.values.get("n_vpods", {}).items() if round(v) > 0}
+    counts = placed_counts(ctx, n)
+    held = ", ".join(f"{c} {k} x {s}" for (c, s), k in sorted(counts.items()))
+    partial = _joint_diagnosis(ctx).split("; the best partial plan ", 1)
+    tail = f"; the best placeable partial plan {partial[1]}" if len(partial) == 2 else ""
+    return (
+        f"epoch {ctx.epoch}: counting chips alone the inventory covers all classes "
+        f"(with {held or 'no placed slices'}), but the slices cannot be placed: {unplaceable_reason(ctx, counts)}{tail}"
+    )
 
 
 def _joint_diagnosis(ctx: EpochContext) -> str:
@@ -171,7 +196,7 @@ def _joint_diagnosis(ctx: EpochContext) -> str:
     full = _saturated_chips(relaxed, res.values.get("n_vpods", {}))
     return (
         f"epoch {ctx.epoch}: the inventory cannot cover all classes together; the best partial plan "
-        f"leaves {total:.4g} req/s unserved ({classes}) with {full or 'no generation'} fully used"
+        f"leaves {total:.4g} req/s unserved ({classes})" + (f" with {full} fully used" if full else "")
     )
 
 

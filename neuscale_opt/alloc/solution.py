@@ -30,6 +30,29 @@ In the pooled variant several rows (one per class) share one group, and ``n_vpod
 group's count on each of them: chips are counted once per (epoch, ``vpod_group``), never per row
 (that is what :func:`~neuscale_opt.alloc.evaluate.evaluate` does). In the dedicated variant each
 group has exactly one row. A group holding vPods but carrying no rate gets one row with rate 0.
+
+Placement rows
+--------------
+One row per placed vPod of a generation given as pods (empty when nothing is placed: placement
+``none``, no pods, unlimited inventory):
+
+==============  ======  =========================================================================
+column          unit    meaning
+==============  ======  =========================================================================
+epoch           -       epoch index
+pod             -       pod id ``chip/i`` (i = position in the instance's fleet entry)
+chip            -       chip generation
+shape           -       slice shape **as placed** (orientation, e.g. ``8x4``; cube-built A<=B<=C)
+origin          coords  lowest chip coordinate of the slice (first cube's corner when cube-built)
+chips           coords  list of the slice's chip coordinates, sorted
+cubes           -       cube ids of a cube-built slice (row-major over the pod's cube grid), else []
+vpod_group      -       the allocation group the vPod belongs to (= config_id when dedicated)
+vpod_type       -       its vPod type
+bucket          -       classes the group carries in the epoch, ``+``-joined
+vpod            -       index of the vPod within its group in the epoch (0-based)
+==============  ======  =========================================================================
+
+Per (epoch, ``vpod_group``) there are exactly ``n_vpods`` rows. Sorted by (epoch, vpod_group, vpod).
 """
 
 from __future__ import annotations
@@ -62,6 +85,20 @@ ALLOC_COLUMNS: tuple[str, ...] = (
 )
 UNSERVED_COLUMNS: tuple[str, ...] = ("epoch", "bucket", "unserved_rps")
 ALLOC_SORT: list[str] = ["epoch", "vpod_group", "bucket", "phase", "config_id"]
+PLACEMENT_COLUMNS: tuple[str, ...] = (
+    "epoch",
+    "pod",
+    "chip",
+    "shape",
+    "origin",
+    "chips",
+    "cubes",
+    "vpod_group",
+    "vpod_type",
+    "bucket",
+    "vpod",
+)
+PLACEMENT_SORT: list[str] = ["epoch", "vpod_group", "vpod"]
 JSON_STATUSES: tuple[str, ...] = ("optimal", "feasible", "time_limit", "infeasible")
 
 
@@ -95,6 +132,20 @@ def tidy_allocations(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def empty_placements() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in PLACEMENT_COLUMNS})
+
+
+def tidy_placements(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The placements table: contract columns, sorted by (epoch, vpod_group, vpod)."""
+    if not rows:
+        return empty_placements()
+    df = pd.DataFrame(rows, columns=list(PLACEMENT_COLUMNS))
+    df["epoch"] = df["epoch"].astype(int)
+    df["vpod"] = df["vpod"].astype(int)
+    return df.sort_values(PLACEMENT_SORT, kind="mergesort").reset_index(drop=True)
+
+
 def tidy_unserved(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return empty_unserved()
@@ -115,6 +166,7 @@ class Solution:
     accounting of :mod:`neuscale_opt.alloc.evaluate`: ``energy_j``, ``cost_usd``, ``carbon_kg``
     (summed over epochs), ``chips_by_version`` (peak chips held per generation over epochs),
     ``unserved_rps`` (peak over epochs of the total unserved rate) and efficiency ratios.
+    ``placements`` holds one row per placed vPod (module docstring; empty when nothing is placed).
     """
 
     method: str
@@ -133,6 +185,7 @@ class Solution:
     diagnosis: str | None = None
     epochs: tuple[dict[str, Any], ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)
+    placements: pd.DataFrame = field(default_factory=empty_placements)
 
     @property
     def has_plan(self) -> bool:
@@ -152,6 +205,7 @@ class Solution:
             {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
             for r in self.unserved.to_dict(orient="records")
         ]
+        placements = [_placement_record(r) for r in self.placements.to_dict(orient="records")]
         epochs = [dict(e) for e in self.epochs]
         if not timing:
             for e in epochs:
@@ -165,11 +219,13 @@ class Solution:
             "gap": stable_float(self.gap),
             "variant": self.options.variant,
             "serving": self.options.serving,
+            "placement": getattr(self.options, "placement", "none"),
             "backend": self.backend,
             "unserved_penalty_per_req": stable_float(self.penalty_per_req),
             "totals": _stable(self.totals),
             "allocations": rows,
             "unserved": unserved,
+            "placements": placements,
             "epochs": _stable(epochs),
             "diagnosis": self.diagnosis,
         }
@@ -179,6 +235,17 @@ class Solution:
 
     def to_json(self, timing: bool = True) -> str:
         return to_json(self.to_dict(timing=timing))
+
+
+def _plain(v: Any) -> Any:
+    """numpy scalars and tuples (also nested) as plain JSON values."""
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v.item() if hasattr(v, "item") else v
+
+
+def _placement_record(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: _plain(v) for k, v in r.items()}
 
 
 def _stable(obj: Any) -> Any:

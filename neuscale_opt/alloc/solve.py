@@ -59,14 +59,17 @@ def relative_gap(objective: float, bound: float) -> float:
 
 
 def _values(m: pyo.ConcreteModel) -> dict[str, dict[Any, float]]:
+    """Values of every variable, keyed by the variable's name: ``n_vpods`` at the top level, the
+    block path for variables of sub-blocks (``placement.y_pattern``)."""
     out: dict[str, dict[Any, float]] = {}
-    for var in m.component_objects(pyo.Var, descend_into=False):
-        out[var.local_name] = {idx: float(v.value) if v.value is not None else 0.0 for idx, v in var.items()}
+    for var in m.component_objects(pyo.Var, descend_into=True):
+        name = var.getname(fully_qualified=True)
+        out[name] = {idx: float(v.value) if v.value is not None else 0.0 for idx, v in var.items()}
     return out
 
 
 def _is_trivial(m: pyo.ConcreteModel) -> bool:
-    return not any(True for _ in m.component_data_objects(pyo.Var, descend_into=False))
+    return not any(True for _ in m.component_data_objects(pyo.Var, descend_into=True))
 
 
 def solve_model(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
@@ -121,10 +124,10 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
 
 def _linear_rows(m: pyo.ConcreteModel):
     """Variables, rows (lo, [(var idx, coef)], hi) and objective of a linear Pyomo model."""
-    var_list = list(m.component_data_objects(pyo.Var, descend_into=False, sort=True))
+    var_list = list(m.component_data_objects(pyo.Var, descend_into=True, sort=True))
     pos = {id(v): i for i, v in enumerate(var_list)}
     rows = []
-    for con in m.component_data_objects(pyo.Constraint, active=True, descend_into=False, sort=True):
+    for con in m.component_data_objects(pyo.Constraint, active=True, descend_into=True, sort=True):
         repn = generate_standard_repn(con.body, compute_values=True, quadratic=False)
         if not repn.is_linear():
             raise ValueError(f"constraint {con.name} is not linear")

@@ -217,3 +217,23 @@ def pod_states(inst: Instance) -> list[StateGroup]:
 def pod_map(inst: Instance) -> dict[str, PodState]:
     """Pod id -> state, for every placeable pod."""
     return {pid: g.state for g in pod_states(inst) for pid in g.pod_ids}
+
+
+def pod_states_from_frame(pods) -> list[StateGroup]:
+    """Distinct pod states from a pods table (``Coefficients.pods``: columns ``pod``, ``chip``, ``dims``,
+    ``failed``), like :func:`pod_states`: rows in fleet order, identical pods of a generation grouped in
+    order of first appearance, pod ids taken from the table. Rows of non-placeable generations (switched
+    GPU nodes) are left out."""
+    out: list[StateGroup] = []
+    if pods is None or len(pods) == 0:
+        return out
+    by_chip: dict[str, dict[PodState, list[str]]] = {}
+    for r in pods.itertuples(index=False):
+        chip = str(r.chip)
+        if get_chip(chip).topology not in PLACEABLE:
+            continue
+        st = state_of(chip, r.dims, r.failed)
+        by_chip.setdefault(chip, {}).setdefault(st, []).append(str(r.pod))
+    for groups in by_chip.values():
+        out.extend(StateGroup(s, len(ids), tuple(ids)) for s, ids in groups.items())
+    return out

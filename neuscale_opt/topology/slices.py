@@ -204,6 +204,23 @@ def _aligned_origins(state: PodState, shape: Shape) -> list[Coord]:
     return sorted(out)
 
 
+def is_aligned_origin(state: PodState, shape: Shape, origin: Coord) -> bool:
+    """Whether ``origin`` is among :func:`_aligned_origins` of the oriented non-cube ``shape``, decided
+    arithmetically (the independent check calls it once per placed vPod)."""
+    if len(origin) != len(state.dims):
+        return False
+    chip = state.spec
+    if state.topology == "torus2d":
+        step = shape if is_fine(chip, shape) else chip.host_shape
+        return all(
+            o >= 0 and o % st == 0 and o + s <= d for o, s, st, d in zip(origin, shape, step, state.dims, strict=True)
+        )
+    return all(
+        0 <= o < d and (o % CUBE) % h == 0 and (o % CUBE) + s <= CUBE
+        for o, s, h, d in zip(origin, shape, chip.host_shape, state.dims, strict=True)
+    )
+
+
 def placements(state: PodState, shape: Shape, limit: int = MAX_CUBE_COMBINATIONS) -> list[Placement]:
     """Every aligned placement of ``shape`` (any allowed orientation) in the pod that avoids failed chips.
 
@@ -290,7 +307,7 @@ def check_placement(state: PodState, p: Placement) -> list[str]:
             probs.append("cube ids given for a slice that is not cube-built")
         if p.shape not in orientations(chip, canonical(chip, p.shape)):
             probs.append(f"orientation {shape_str(p.shape)} is not made of whole hosts")
-        elif p.origin not in set(_aligned_origins(state, p.shape)):
+        elif not is_aligned_origin(state, p.shape, p.origin):
             probs.append(f"origin {list(p.origin)} is not aligned for {shape_str(p.shape)}")
         elif set(p.chips) != set(_box(p.origin, p.shape)):
             probs.append("chips are not the aligned box at the origin")

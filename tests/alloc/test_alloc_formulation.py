@@ -1,10 +1,12 @@
-"""The formulation document and the Pyomo model name the same components."""
+"""The formulation documents and the Pyomo model name the same components (``allocation.md`` for the
+top level, ``placement.md`` section 4 for the ``placement`` block), for every variant combination."""
 
 from __future__ import annotations
 
 import itertools
 import re
 
+import pyomo.environ as pyo
 import pytest
 from alloc_support import ROOT
 from pyomo.repn import generate_standard_repn
@@ -19,6 +21,11 @@ DOC = (ROOT / "formulations" / "allocation.md").read_text()
 DOC_IDS: dict[str, set[str]] = {}
 for name, kind in re.findall(r"^#### `(\w+)` \((\w+)\)", DOC, flags=re.M):
     DOC_IDS.setdefault(kind, set()).add(name)
+PLACEMENT_DOC = (ROOT / "formulations" / "placement.md").read_text()
+_SECTION4 = PLACEMENT_DOC.split("## 4.", 1)[1].split("\n## ", 1)[0]
+PLACEMENT_IDS = {m for m in re.findall(r"^\| `(\w+)` \|", _SECTION4, flags=re.M)}
+KINDS = ["set", "variable", "constraint", "expression", "objective", "block"]
+V5E, V4 = "tpu-v5e", "tpu-v4"
 
 
 def _coeffs():
@@ -30,35 +37,71 @@ def _coeffs():
         vpod("g2", "a", rate=5, dyn_j=1, static_w=10, price=1, chips=1, phase="decode", kv_bytes=1e6, name="d1"),
         vpod("g1", "b", rate=3, dyn_j=1, static_w=10, price=1, chips=1, phase="prefill", kv_bytes=1e6, name="p1"),
         vpod("g2", "b", rate=5, dyn_j=1, static_w=10, price=1, chips=1, phase="decode", kv_bytes=1e6, name="d1"),
+        # placed generations: a v5e pod with a failed chip, a v4 pod of two cubes (2-D and 3-D rows)
+        vpod(V5E, "a", rate=9, dyn_j=1, static_w=30, price=1, chips=16, shape="4x4", name="e16"),
+        vpod(V5E, "b", rate=3, dyn_j=2, static_w=20, price=1, chips=8, shape="2x4", name="e8"),
+        vpod(V5E, "a", rate=4, dyn_j=1, static_w=10, price=1, chips=8, shape="2x4", phase="prefill", name="ep"),
+        vpod(V5E, "a", rate=4, dyn_j=1, static_w=10, price=1, chips=8, shape="2x4", phase="decode", name="ed"),
+        vpod(V4, "b", rate=5, dyn_j=1, static_w=40, price=1, chips=64, shape="4x4x4", name="c64"),
+        vpod(V4, "a", rate=2, dyn_j=1, static_w=10, price=1, chips=4, shape="2x2x1", name="c4"),
     ]
-    return make_coefficients(rows, {"a": 7.0, "b": 2.0}, inventory={"g1": 8})
+    pods = {V5E: [((16, 16), [(3, 3)])], V4: [((4, 4, 8), [(0, 0, 0)])]}
+    return make_coefficients(rows, {"a": 7.0, "b": 2.0}, inventory={"g1": 8}, pods=pods)
 
 
 def _all_variant_models():
     c = _coeffs()
-    for variant, serving, unserved, slices in itertools.product(
-        ("dedicated", "pooled"), ("colocated", "disaggregated"), (False, True), (None, 2)
+    for variant, serving, unserved, slices, placement in itertools.product(
+        ("dedicated", "pooled"), ("colocated", "disaggregated"), (False, True), (None, 2), ("pattern", "exact", "none")
     ):
-        opts = PlanOptions(variant=variant, serving=serving, allow_unserved=unserved, slice_factor=slices)
+        opts = PlanOptions(
+            variant=variant, serving=serving, allow_unserved=unserved, slice_factor=slices, placement=placement
+        )
         yield opts, build_model(build_context(c, opts, 0))
 
 
+MODELS = list(_all_variant_models())
+
+
 def test_document_lists_every_kind():
-    assert set(DOC_IDS) == {"set", "variable", "constraint", "expression", "objective"}
+    assert set(DOC_IDS) == set(KINDS)
 
 
-@pytest.mark.parametrize("kind", ["set", "variable", "constraint", "expression", "objective"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_model_components_match_document(kind):
     built: set[str] = set()
-    for _, m in _all_variant_models():
+    for _, m in MODELS:
         built |= component_ids(m)[kind]
     assert built == DOC_IDS[kind]
 
 
+def test_placement_block_matches_placement_document():
+    built: set[str] = set()
+    for opts, m in MODELS:
+        blk = getattr(m, "placement", None)
+        assert (blk is None) == (opts.placement == "none")
+        if blk is not None:
+            built |= {c.local_name for c in blk.component_objects((pyo.Var, pyo.Constraint))}
+            assert set(m.PLACED_SHAPES) <= {(V5E, "2x4"), (V5E, "4x4"), (V4, "2x2x1"), (V4, "4x4x4")}
+    assert PLACEMENT_IDS == built
+    assert len(PLACEMENT_IDS) == 12
+
+
+def test_placed_vpods_sum_the_groups_of_a_shape():
+    c = _coeffs()
+    m = build_model(build_context(c, PlanOptions(variant="dedicated"), 0))
+    assert sorted(m.PLACED_SHAPES) == [(V4, "2x2x1"), (V4, "4x4x4"), (V5E, "2x4"), (V5E, "4x4")]
+    repn = generate_standard_repn(m.placed_vpods[V5E, "2x4"].expr)
+    assert sorted(v.name for v in repn.linear_vars) == ["n_vpods[e8|b]"]
+    # no placement for unlimited generations or with placement "none"
+    assert not hasattr(build_model(build_context(c.with_unlimited_inventory(), PlanOptions(), 0)), "placement")
+    assert not hasattr(build_model(build_context(c, PlanOptions(placement="none"), 0)), "PLACED_SHAPES")
+
+
 def test_each_constraint_builder_is_named_after_its_component():
     names = {b.__name__.removeprefix("add_") for b in CONSTRAINT_BUILDERS}
-    # unserved_slice_assignment is built by add_slice_assignment (documented there)
-    assert names == DOC_IDS["constraint"] - {"unserved_slice_assignment"}
+    # unserved_slice_assignment is built by add_slice_assignment (documented there); placement is a block
+    assert names == DOC_IDS["constraint"] - {"unserved_slice_assignment"} | DOC_IDS["block"]
     for b in CONSTRAINT_BUILDERS:
         assert b.__doc__.lstrip().startswith("**Constraint Name**: " + b.__name__.removeprefix("add_"))
         assert f"`{b.__name__}`" in DOC
@@ -66,11 +109,12 @@ def test_each_constraint_builder_is_named_after_its_component():
 
 
 def test_builders_skip_empty_families():
-    c = _coeffs()  # every generation except g1 is unlimited: one chip_inventory row only
+    c = _coeffs()  # g2 is unlimited: chip_inventory rows for g1 and the two placed generations
     m = build_model(build_context(c.with_unlimited_inventory(), PlanOptions(), 0))
     assert "chip_inventory" not in component_ids(m)["constraint"]
+    assert "placement" not in component_ids(m)["block"]
     m = build_model(build_context(c, PlanOptions(), 0))
-    assert list(m.chip_inventory.keys()) == ["g1"]
+    assert list(m.chip_inventory.keys()) == ["g1", V4, V5E]
 
 
 def test_capacity_row_pooled_sums_fractional_loads():

@@ -132,3 +132,20 @@ def test_3d_cube_built_from_any_two_cubes():
     assert nx.is_connected(slice_graph(st, far))
     bad = cube_placement(st, (4, 4, 8), (0, 63))
     assert any("failed chip" in m for m in check_placement(st, bad))
+
+
+@pytest.mark.parametrize(
+    ("chip", "dims"), [("tpu-v5e", (16, 16)), ("tpu-v6e", (16, 16)), ("tpu-v4", (4, 8, 12)), ("tpu-v5p", (8, 4, 4))]
+)
+def test_aligned_origin_test_agrees_with_the_enumeration(chip, dims):
+    from neuscale_opt.topology.slices import _aligned_origins, allowed_shapes, is_aligned_origin, is_cube_shape
+
+    st = state_of(chip, dims)
+    for shape in allowed_shapes(chip):
+        if is_cube_shape(st.spec, shape) or len(shape) != len(dims):
+            continue
+        if any(s > d for s, d in zip(shape, dims, strict=True)):
+            continue
+        listed = set(_aligned_origins(st, shape))
+        every = itertools.product(*(range(-1, d + 1) for d in dims))
+        assert {o for o in every if is_aligned_origin(st, shape, o)} == listed, shape
