@@ -285,6 +285,38 @@ class Solver(_Frozen):
     threads: int = Field(default=1, gt=0)
 
 
+class Horizon(_Frozen):
+    """Horizon planning (``formulations/horizon.md``): a multi-epoch model over a rolling window with
+    the NeuScale auto-scaling rules as coupling constraints. Defaults are the paper's values
+    (section 3.4: 5-minute epochs, a 30-minute monitoring window, at most 2x growth per epoch,
+    halving after 30 minutes below need, coalescing threshold 0.5); the creation delay is the
+    replay's (``ReplayOptions.create_delay_s``)."""
+
+    window: int | None = Field(default=None, gt=0)
+    forecast: Literal["last-peak", "ewma", "seasonal-naive", "quantile", "oracle"] = "last-peak"
+    coupling: bool = True
+    growth_max: float = Field(default=2.0, ge=1.0)
+    new_group_vpods: int = Field(default=1, ge=0)
+    shrink_factor: float = Field(default=0.5, ge=0.0, le=1.0)
+    shrink_after_s: float = Field(default=1800.0, ge=0.0)
+    monitor_window_s: float = Field(default=1800.0, gt=0.0)
+    coalesce_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    create_delay_s: float = Field(default=30.0, ge=0.0)
+    create_energy_j_per_chip: float = Field(default=0.0, ge=0.0)
+    delete_energy_j_per_chip: float = Field(default=0.0, ge=0.0)
+
+
+class InventoryEvent(_Frozen):
+    """Chips of a generation failing (``delta_chips < 0``) or returning (``> 0``) from the start of
+    ``epoch`` on; the inventory of every later epoch is the fleet's healthy chips plus the sum of
+    the events so far."""
+
+    epoch: int = Field(ge=0)
+    chip: str
+    delta_chips: int
+    note: str = ""
+
+
 class Instance(_Frozen):
     """A whole planning instance (the root of the TOML file)."""
 
@@ -300,6 +332,8 @@ class Instance(_Frozen):
     search: Search = Search()
     planning: Planning = Planning()
     solver: Solver = Solver()
+    horizon: Horizon | None = None
+    inventory_events: tuple[InventoryEvent, ...] = ()
 
     _path: Path | None = PrivateAttr(default=None)
 
@@ -308,6 +342,16 @@ class Instance(_Frozen):
         names = [f.chip for f in self.fleet]
         if len(set(names)) != len(names):
             raise ValueError("fleet lists a chip generation twice")
+        healthy = {f.chip: f.healthy_chips for f in self.fleet}
+        level = dict(healthy)
+        for ev in sorted(self.inventory_events, key=lambda e: e.epoch):
+            if ev.chip not in healthy:
+                raise ValueError(f"inventory_events: chip {ev.chip!r} is not in the fleet ({', '.join(names)})")
+            level[ev.chip] += ev.delta_chips
+            if level[ev.chip] < 0:
+                raise ValueError(
+                    f"inventory_events: {ev.chip} would have {level[ev.chip]} chips from epoch {ev.epoch} on"
+                )
         return self
 
     @property

@@ -136,3 +136,14 @@ def test_unwritable_out_is_exit_2_and_nothing_written(tmp_path, capsys, make):
     err = capsys.readouterr().err
     assert code == 2 and "--out" in err and err.count("\n") == 1
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_placed_plans_get_occupancy_maps_and_placements_csv(tmp_path):
+    out = tmp_path / "placed"
+    assert main(["plan", str(INSTANCES / "placement" / "unplaceable.toml"), "--out", str(out), "--quiet"]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["placements"]
+    csv = pd.read_csv(out / "placements.csv")
+    assert len(csv) == len(plan["placements"])
+    assert (out / "figures" / "pod_tpu-v6e_0.png").read_bytes().startswith(PNG)
+    assert "Occupancy of tpu-v6e/0" in (out / "report.md").read_text()

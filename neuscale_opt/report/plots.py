@@ -220,6 +220,11 @@ def pod_occupancy(pod_dims: tuple[int, ...], failed: list[tuple[int, ...]], slic
             ax.plot([f[1] + 0.9, f[1] + 0.1], [f[0] + 0.1, f[0] + 0.9], color="black", lw=1)
         if layers > 1:
             ax.set_title(f"z={z}", fontsize=7)
+    if labels:
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color=cmap(i % 20), label=lab) for i, lab in enumerate(labels)]
+        fig.legend(handles=handles, fontsize=6, loc="lower center", ncol=min(4, len(labels)))
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.12 if labels else 0, 1, 1))
     return to_png(fig)
