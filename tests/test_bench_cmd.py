@@ -42,3 +42,10 @@ def test_bench_subset_of_methods(capsys, method):
     assert main(["bench", str(INSTANCES / "small.toml"), "--methods", method, "--json", "-", "--quiet"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [r["method"] for r in rows] == [method]
+
+
+def test_bench_replay_reports_slo_attainment(capsys):
+    path = str(INSTANCES / "azure-conv.toml")
+    assert main(["bench", path, "--methods", "greedy", "--replay", "--json", "-", "--quiet"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert 0.9 <= row["slo_attainment"] <= 1.0

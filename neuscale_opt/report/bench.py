@@ -71,7 +71,7 @@ def run_bench(paths: list[str | None], methods: tuple[str, ...], replay: bool = 
                 "slo_attainment": math.nan,
             }
             if replay and ev is not None:
-                row["slo_attainment"] = _replay_attainment(inst, sol)
+                row["slo_attainment"] = _replay_attainment(inst, sol, coeffs)
             rows.append(row)
             if progress is not None:
                 progress.update(1)
@@ -93,12 +93,13 @@ def run_bench(paths: list[str | None], methods: tuple[str, ...], replay: bool = 
     return pd.DataFrame(rows, columns=BENCH_COLUMNS)
 
 
-def _replay_attainment(inst, sol) -> float:
-    try:
-        from neuscale_opt.replay import replay_solution
-    except ImportError:  # replay not available in this installation
+def _replay_attainment(inst, sol, coeffs=None) -> float:
+    """SLO attainment of ``sol`` replayed against the instance's trace (NaN without a trace)."""
+    from neuscale_opt.replay import replay
+
+    if getattr(inst, "workload", None) is None or inst.workload.trace is None:
         return math.nan
-    return float(replay_solution(inst, sol)["slo_attainment"])
+    return float(replay(sol.to_dict(timing=False), inst, coeffs=coeffs).totals["slo_attainment"])
 
 
 def to_markdown(df: pd.DataFrame) -> str:
