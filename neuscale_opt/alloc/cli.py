@@ -34,7 +34,10 @@ from neuscale_opt.alloc.plan import plan
 from neuscale_opt.alloc.solution import Solution
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import EXIT_INFEASIBLE, EXIT_OK, InputError
+from neuscale_opt.horizon import HORIZON_METHODS, plan_horizon, uses_horizon
 from neuscale_opt.io import emit
+
+FORECASTS = ("last-peak", "ewma", "seasonal-naive", "quantile", "oracle")
 
 
 def load_plan_input(path: str | None) -> tuple[Coefficients, object]:
@@ -68,7 +71,15 @@ def register(sub) -> None:
         description=__doc__.split("\n\n")[1],
     )
     p.add_argument("instance", nargs="?", help="instance TOML, profile TOML or Mélange JSON (default: embedded)")
-    p.add_argument("--method", choices=METHODS, default="milp")
+    p.add_argument(
+        "--method",
+        choices=tuple(dict.fromkeys((*METHODS, *HORIZON_METHODS))),
+        default="milp",
+        help="milp (default), greedy, homogeneous, unlimited; horizon policies: oracle, neuscale-autoscaler, "
+        "homogeneous-autoscaler",
+    )
+    p.add_argument("--window", type=int, default=None, metavar="H", help="rolling horizon window (epochs)")
+    p.add_argument("--forecast", choices=FORECASTS, default=None, help="forecaster of the rolling horizon")
     p.add_argument("--objective", choices=OBJECTIVES, default=None, help="override the instance's objective")
     p.add_argument("--variant", choices=VARIANTS, default=None, help="override planning.variant")
     p.add_argument("--serving", choices=SERVINGS, default=None, help="override planning.serving")
@@ -110,8 +121,31 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from neuscale_opt.report.progress import progress_bar
 
     n_epochs = len(coeffs.epochs)
+    from neuscale_opt.instance import Instance
+
+    if args.window is not None and args.window <= 0:
+        raise InputError(f"must be > 0, got {args.window}", where="--window")
+    horizon = isinstance(inst, Instance) and (
+        uses_horizon(inst)
+        or args.method in ("oracle", "neuscale-autoscaler", "homogeneous-autoscaler")
+        or args.window is not None
+        or args.forecast is not None
+    )
+    if not horizon and args.method not in METHODS:
+        raise InputError(f"method {args.method} needs an instance with a trace and epochs", where="--method")
     with progress_bar(total=n_epochs, desc=f"plan {args.method}", quiet=args.quiet) as bar:
-        sol = plan(coeffs, options, args.method, progress=bar.update)
+        if horizon:
+            sol = plan_horizon(
+                inst,
+                args.method,
+                coeffs=coeffs,
+                window=args.window,
+                forecast=args.forecast,
+                progress=bar.update,
+                options=options,
+            )
+        else:
+            sol = plan(coeffs, options, args.method, progress=bar.update)
     if args.json is not None:
         emit(sol.to_json(), args.json)
     if args.json != "-":

@@ -1,0 +1,282 @@
+"""The reactive policies the horizon plan is compared with (same :class:`Solution` type).
+
+``neuscale-autoscaler`` - NeuScale's rules (paper section 3.4), epoch by epoch, knowing only the
+past:
+
+1. **need**: per class b, R_b(t) = max of the demand over the last W = monitor_window_s / T epochs
+   (the peak of the last 30 minutes, FC1 ``last-peak`` of ``formulations/forecast.md``); epoch 0
+   is sized on its own demand (warm start, as every method).
+2. **floors**: a group keeps lo_g = max(floor(sigma n_{g,t-1}), ceil(max_{tau in t-K..t-1} u_{g,tau}))
+   vPods (halving, and only after K epochs below need), at most gamma n_{g,t-1} + a (growth);
+   where a generation lost chips, the floors of its least efficient groups give way first.
+3. **best fit with fail-over**: classes in decreasing order of the chips their best configuration
+   needs (ceil(R_b / c_k) chips_k; ties by name). Each class (i) fills the capacity its groups hold
+   anyway (the floors), best configuration first; (ii) **coalesces**: if what is left would load a
+   new vPod of its best configuration below theta (0.5), it joins a group of the same vPod type
+   (serving another class) that has room; (iii) grows its groups in order of efficiency
+   e_k = h_g / (c_k T) + a_k, each up to its growth limit and the chips left, failing over to the
+   next configuration (typically the next generation) when either runs out. A created vPod serves
+   (1 - delta) of the epoch. What is left is unserved.
+
+``homogeneous-autoscaler`` - the same rules with the configurations of one generation only (the
+conventional auto-scaler the paper compares with); run on each generation, the best is the one of
+least objective.
+
+Both return schedules that :func:`~neuscale_opt.horizon.evaluate.evaluate_schedule` finds
+feasible (the tests check it). Symbols of ``formulations/horizon.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from neuscale_opt.alloc.context import prepare
+from neuscale_opt.alloc.options import PlanOptions
+from neuscale_opt.alloc.solution import Solution
+from neuscale_opt.coefficients import Coefficients
+from neuscale_opt.horizon.context import horizon_options, inventory_dropped
+from neuscale_opt.horizon.params import FLOOR_EPS, HorizonParams
+from neuscale_opt.horizon.rolling import EpochCommit, actual_demand, assemble, instance_inventory
+
+EPS = 1e-9
+
+
+def reactive_need(demand: dict[tuple[str, int], float], buckets: list[str], t: int, w: int) -> dict[str, float]:
+    """R_b(t) = max(d_{b,t-W} .. d_{b,t-1}) (epoch 0: d_{b,0})."""
+    span = [0] if t == 0 else list(range(max(0, t - w), t))
+    return {b: max(demand.get((b, tau), 0.0) for tau in span) for b in buckets}
+
+
+def _capacity(n: int, prev: int, delta: float) -> float:
+    """vPods' worth of serving capacity of n vPods when prev existed before: n - delta max(n - prev, 0)."""
+    return n - delta * max(n - prev, 0)
+
+
+def _count_for(load: float, prev: int, delta: float) -> int:
+    """Least n with n - delta max(n - prev, 0) >= load."""
+    if load <= prev + 1e-12:
+        return max(math.ceil(load - 1e-9), 0)
+    return math.ceil((load - delta * prev) / (1.0 - delta) - 1e-9)
+
+
+class _Epoch:
+    """The plan of one epoch under construction: vPods per group, load per group, rate per
+    configuration and the group a coalesced configuration runs on."""
+
+    def __init__(self, n: dict[str, int], n_prev: dict[str, int], delta: float) -> None:
+        self.n = n
+        self.n_prev = n_prev
+        self.delta = delta
+        self.load: dict[str, float] = {}
+        self.x: dict[str, float] = {}
+        self.route: dict[str, str] = {}
+
+    def room(self, g: str) -> float:
+        """Spare capacity of group g (vPods' worth)."""
+        return _capacity(self.n.get(g, 0), self.n_prev.get(g, 0), self.delta) - self.load.get(g, 0.0)
+
+    def put(self, k: Any, g: str, r_left: float) -> float:
+        """Serve as much of r_left (req/s) as fits with configuration k on group g; the rate taken."""
+        cap = float(k.cap_rps)
+        take = min(r_left, max(self.room(g), 0.0) * cap)
+        if take > EPS:
+            self.load[g] = self.load.get(g, 0.0) + take / cap
+            self.x[k.config_id] = self.x.get(k.config_id, 0.0) + take
+            if g != k.group:
+                self.route[k.config_id] = g
+        return take
+
+
+def autoscale(
+    coeffs: Coefficients,
+    options: PlanOptions,
+    params: HorizonParams,
+    chip: str | None = None,
+    inventory: dict[tuple[str, int], float] | None = None,
+    method: str = "neuscale-autoscaler",
+) -> Solution:
+    """Run the reactive rules over every epoch (one generation only when ``chip`` is given)."""
+    opts = horizon_options(options)
+    prep = prepare(coeffs, opts)
+    cfg = prep.configs
+    if chip is not None:
+        cfg = cfg[cfg["chip"] == chip].reset_index(drop=True)
+    inv = instance_inventory(coeffs) if inventory is None else inventory
+    t_s = float(coeffs.epoch_s)
+    delta = params.delay_share(t_s) if params.coupling else 0.0
+    k_hold = params.hold_epochs(t_s) if params.coupling else 0
+    w = params.monitor_epochs(t_s)
+    demand = actual_demand(coeffs)
+    buckets = coeffs.bucket_names
+    eff = (cfg["held_obj_per_vpod"] / (cfg["cap_rps"] * t_s) + cfg["var_obj_per_req"]).astype(float)
+    cfg = cfg.assign(_eff=eff.to_numpy())
+    rows_of: dict[str, list[Any]] = {b: [] for b in buckets}
+    for r in cfg.sort_values(["_eff", "chips_per_vpod", "config_id"], kind="mergesort").itertuples():
+        rows_of[str(r.bucket)].append(r)
+    by_type: dict[tuple[str, str], Any] = {(str(r.vpod_type), str(r.bucket)): r for r in cfg.itertuples()}
+    head = cfg.drop_duplicates("group").set_index("group")
+    group_chip = head["chip"].astype(str).to_dict()
+    group_w = head["chips_per_vpod"].astype(float).to_dict()
+    group_eff = cfg.groupby("group")["_eff"].min().to_dict()
+    group_type = head["vpod_type"].astype(str).to_dict()
+
+    n_prev: dict[str, int] = {}
+    load_hist: dict[tuple[str, int], float] = {}
+    commits: list[EpochCommit] = []
+    groups_of: dict[int, dict[str, str]] = {}
+    for t in coeffs.epochs:
+        need = reactive_need(demand, buckets, t, w)
+        first = t == coeffs.epochs[0]
+        # 2. floors and growth limits
+        lo: dict[str, int] = {}
+        hi: dict[str, float] = {}
+        for g, p in n_prev.items():
+            if first or not params.coupling:
+                continue
+            hold = max(
+                (
+                    load_hist.get((g, tau), 0.0)
+                    for tau in range(t - k_hold, t)
+                    if not inventory_dropped(inv, group_chip[g], tau, t)
+                ),
+                default=0.0,
+            )
+            lo[g] = max(math.floor(params.shrink_factor * p + FLOOR_EPS), math.ceil(hold - 1e-7))
+        for g in group_chip:
+            p = n_prev.get(g, 0)
+            hi[g] = math.inf if (first or not params.coupling) else params.growth_max * p + params.new_group_vpods
+        left: dict[str, float] = {}
+        for c in {*group_chip.values()}:
+            h = inv.get((c, t), math.inf)
+            on_c = sorted((g for g in lo if group_chip[g] == c), key=lambda g: (-group_eff[g], g))
+            used = sum(lo[g] * group_w[g] for g in on_c)
+            for g in on_c:  # failed chips: the least efficient groups give way first
+                while used > h + 1e-9 and lo[g] > 0:
+                    lo[g] -= 1
+                    used -= group_w[g]
+            left[c] = h - used
+        ep = _Epoch({g: v for g, v in lo.items() if v > 0}, dict(n_prev), delta)
+
+        def best_chips(b: str, need: dict[str, float] = need) -> float:
+            rs = rows_of[b]
+            return math.ceil(need[b] / float(rs[0].cap_rps) - EPS) * float(rs[0].chips_per_vpod) if rs else -1.0
+
+        s: dict[str, float] = {}
+        order = sorted((b for b in buckets if need[b] > 0), key=lambda b: (-best_chips(b), b))
+        for b in order:
+            r_left = need[b]
+            # (i) capacity held anyway
+            for k in rows_of[b]:
+                if r_left <= EPS:
+                    break
+                if ep.n.get(k.group, 0) > 0:
+                    r_left -= ep.put(k, k.group, r_left)
+            # (ii) coalescing into a group of the same vPod type with room
+            if r_left > EPS and rows_of[b] and r_left < params.coalesce_threshold * float(rows_of[b][0].cap_rps):
+                for g in sorted(ep.n, key=lambda g: (group_eff[g], g)):
+                    k = by_type.get((group_type[g], b))
+                    if k is None or r_left <= EPS or ep.n.get(g, 0) <= 0:
+                        continue
+                    r_left -= ep.put(k, g, r_left)
+            # (iii) grow, best fit first, fail over
+            for k in rows_of[b]:
+                if r_left <= EPS:
+                    break
+                g, c = k.group, group_chip[k.group]
+                cur, prev = ep.n.get(g, 0), n_prev.get(g, 0)
+                want = _count_for(ep.load.get(g, 0.0) + r_left / float(k.cap_rps), prev, delta)
+                cap = min(float(want), hi[g])
+                if not math.isinf(left[c]):
+                    cap = min(cap, cur + math.floor(left[c] / group_w[g] + 1e-9))
+                new = max(cur, int(math.floor(cap + 1e-9)))
+                if new > cur:
+                    left[c] -= (new - cur) * group_w[g]
+                    ep.n[g] = new
+                r_left -= ep.put(k, g, r_left)
+            if r_left > EPS * max(1.0, need[b]):
+                s[b] = r_left
+        n = ep.n
+        x, load, route = ep.x, ep.load, ep.route
+        n = {g: v for g, v in n.items() if v > 0}
+        commits.append(EpochCommit(t, n, x, s, dict(need), "feasible", {}))
+        groups_of[t] = route
+        for g, u in load.items():
+            load_hist[(g, t)] = u
+        n_prev = n
+    meta: dict[str, Any] = {"chip": chip, "monitor_epochs": w}
+    return assemble(
+        method,
+        coeffs,
+        opts,
+        params,
+        prep.configs,
+        commits,
+        inv,
+        meta,
+        groups_of=groups_of,
+        penalty_per_req=prep.penalty_per_req,
+    )
+
+
+def neuscale_autoscaler(
+    coeffs: Coefficients,
+    options: PlanOptions,
+    params: HorizonParams,
+    inventory: dict[tuple[str, int], float] | None = None,
+) -> Solution:
+    """NeuScale's reactive rules over the heterogeneous fleet."""
+    return autoscale(coeffs, options, params, None, inventory, "neuscale-autoscaler")
+
+
+def homogeneous_autoscaler(
+    coeffs: Coefficients,
+    options: PlanOptions,
+    params: HorizonParams,
+    chip: str | None = None,
+    inventory: dict[tuple[str, int], float] | None = None,
+) -> Solution:
+    """The reactive rules on one generation: ``chip``, or the best of all (least objective; the
+    others' objectives in ``meta['each']``)."""
+    if chip is not None:
+        return autoscale(coeffs, options, params, chip, inventory, "homogeneous-autoscaler")
+    each = homogeneous_each(coeffs, options, params, inventory)
+    best = min(each, key=lambda c: (each[c].objective_value, c))
+    sol = each[best]
+    summary = {
+        c: {"objective_value": s.objective_value, "unserved_rps": s.totals["unserved_rps"]} for c, s in each.items()
+    }
+    return Solution(**{**sol.__dict__, "meta": {**sol.meta, "chip": best, "each": summary}})
+
+
+def homogeneous_each(
+    coeffs: Coefficients,
+    options: PlanOptions,
+    params: HorizonParams,
+    inventory: dict[tuple[str, int], float] | None = None,
+) -> dict[str, Solution]:
+    """The homogeneous auto-scaler on every generation that has configurations."""
+    chips = sorted(set(prepare(coeffs, horizon_options(options)).configs["chip"].astype(str)))
+    return {c: autoscale(coeffs, options, params, c, inventory, "homogeneous-autoscaler") for c in chips}
+
+
+def fleet_total_inventory(coeffs: Coefficients, chip: str, events: Any = ()) -> dict[tuple[str, int], float]:
+    """H_{chip,t} of a homogeneous fleet as large as the whole fleet (every healthy chip, and every
+    inventory event, counted as ``chip``): the baseline's fleet in the headline experiment."""
+    total = sum(h for h in coeffs.inventory().values())
+    out = {}
+    for t in coeffs.epochs:
+        delta = sum(float(ev.delta_chips) for ev in events if ev.epoch <= t)
+        for c in coeffs.inventory():
+            out[(c, t)] = (total + delta) if c == chip else 0.0
+    return out
+
+
+__all__ = [
+    "autoscale",
+    "fleet_total_inventory",
+    "homogeneous_autoscaler",
+    "homogeneous_each",
+    "neuscale_autoscaler",
+    "reactive_need",
+]

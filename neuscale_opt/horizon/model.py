@@ -1,0 +1,395 @@
+"""The multi-epoch horizon model (``formulations/horizon.md``) as a Pyomo model.
+
+One builder ``add_<ID>`` per constraint family, each creating the Pyomo component ``<ID>`` named in
+the formulation document (a test checks the two sets agree) and returning early when its index set
+is empty. Every builder reads one frozen :class:`~neuscale_opt.horizon.context.WindowContext`.
+Solving goes through :func:`neuscale_opt.alloc.solve.solve_model`, the package's one solver door.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pyomo.environ as pyo
+
+from neuscale_opt.horizon.context import WindowContext
+from neuscale_opt.horizon.params import FLOOR_EPS
+
+EPS = 1e-9
+
+
+def _members(ctx: WindowContext) -> dict[str, list[tuple[str, str, str, float]]]:
+    """Configurations of each group: (config_id, bucket, phase, c_k)."""
+    out: dict[str, list[tuple[str, str, str, float]]] = {g: [] for g in ctx.groups["group"]}
+    for r in ctx.configs.itertuples():
+        out[r.group].append((r.config_id, str(r.bucket), str(r.phase), float(r.cap_rps)))
+    return out
+
+
+def group_bounds(ctx: WindowContext) -> dict[str, int]:
+    """Upper bound of n_{g,t}: the inventory bound, and max(n carried in, ceil(peak load / (1 - delta)))
+    (holding more never helps: clipping a plan to it keeps every constraint, see the document)."""
+    members = _members(ctx)
+    inv_max: dict[str, float] = {}
+    for (c, _t), h in ctx.inventory.items():
+        inv_max[c] = max(inv_max.get(c, 0.0), h)
+    carried = ctx.state.n if ctx.state is not None else {}
+    out: dict[str, int] = {}
+    for r in ctx.groups.itertuples():
+        peak = 0.0
+        for t in ctx.epochs:
+            load = sum(ctx.demand.get((b, t), 0.0) / c for _k, b, _p, c in members[r.group])
+            peak = max(peak, load)
+        need = math.ceil(peak / max(1.0 - ctx.delta, EPS) - 1e-9)
+        ub = max(need, int(carried.get(r.group, 0)))
+        inv = inv_max.get(str(r.chip), math.inf)
+        if not math.isinf(inv):
+            ub = min(ub, int(math.floor(inv / float(r.chips_per_vpod) + 1e-9)))
+        out[r.group] = max(ub, 0)
+    return out
+
+
+def add_sets(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """Sets ``EPOCHS`` (T), ``GROUPS`` (G), ``CONFIGS`` (K), ``BUCKETS`` (B), ``COVER`` (B x P x T),
+    ``CHIPS_T`` (finite inventories), ``COUPLED`` ((g, t) with a previous epoch), ``HOLD``
+    ((g, t, tau) with tau in the hold window of t and no failure of chip(g) in (tau, t]), ``LOSS``
+    ((g, t) whose generation loses chips at t)."""
+    ts = list(ctx.epochs)
+    m.EPOCHS = pyo.Set(initialize=ts, ordered=True)
+    m.GROUPS = pyo.Set(initialize=list(ctx.groups["group"]), ordered=True)
+    m.CONFIGS = pyo.Set(initialize=list(ctx.configs["config_id"]), ordered=True)
+    m.BUCKETS = pyo.Set(initialize=list(ctx.buckets), ordered=True)
+    m.COVER = pyo.Set(
+        initialize=[(b, p, t) for t in ts for b in ctx.buckets for p in ctx.phases if ctx.demand.get((b, t), 0) > 0],
+        dimen=3,
+        ordered=True,
+    )
+    chips = sorted({str(c) for c in ctx.groups["chip"]})
+    m.CHIPS_T = pyo.Set(
+        initialize=[(c, t) for c in chips for t in ts if not math.isinf(ctx.inventory.get((c, t), math.inf))],
+        dimen=2,
+        ordered=True,
+    )
+    coupled = ctx.params.coupling
+    m.COUPLED = pyo.Set(
+        initialize=[(g, t) for g in ctx.groups["group"] for t in ts if coupled and ctx.previous(t) is not None],
+        dimen=2,
+        ordered=True,
+    )
+    hold = []
+    if coupled and ctx.hold_epochs > 0:
+        members = _members(ctx)
+        first = ts[0]
+        chip_of_g = dict(zip(ctx.groups["group"], ctx.groups["chip"], strict=True))
+        for g in ctx.groups["group"]:
+            for t in ts:
+                if ctx.previous(t) is None:
+                    continue
+                for tau in range(t - ctx.hold_epochs, t):
+                    if tau < 0 or ctx.dropped_between(str(chip_of_g[g]), tau, t):
+                        continue
+                    if tau >= first:
+                        if any(ctx.demand.get((b, tau), 0.0) > 0 for _k, b, _p, _c in members[g]):
+                            hold.append((g, t, tau))
+                    elif ctx.state is not None and ctx.state.loads.get((g, tau), 0.0) > EPS:
+                        hold.append((g, t, tau))
+    m.HOLD = pyo.Set(initialize=hold, dimen=3, ordered=True)
+    chip_of = dict(zip(ctx.groups["group"], ctx.groups["chip"], strict=True))
+    m.LOSS = pyo.Set(
+        initialize=[
+            (g, t) for g in ctx.groups["group"] for t in ts if coupled and ctx.inventory_drop(str(chip_of[g]), t) > 0
+        ],
+        dimen=2,
+        ordered=True,
+    )
+
+
+def add_variables(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """``n_vpods`` (Z>=0), ``rate`` (req/s), ``unserved`` (req/s), ``created``, ``deleted``, ``lost`` (vPods)."""
+    ub = group_bounds(ctx)
+    bucket_of = dict(zip(ctx.configs["config_id"], ctx.configs["bucket"], strict=True))
+    m.n_vpods = pyo.Var(m.GROUPS, m.EPOCHS, domain=pyo.NonNegativeIntegers, bounds=lambda _m, g, t: (0, ub[g]))
+    m.rate = pyo.Var(
+        m.CONFIGS,
+        m.EPOCHS,
+        domain=pyo.NonNegativeReals,
+        bounds=lambda _m, k, t: (0, ctx.demand.get((str(bucket_of[k]), t), 0.0)),
+    )
+    m.unserved = pyo.Var(
+        m.BUCKETS, m.EPOCHS, domain=pyo.NonNegativeReals, bounds=lambda _m, b, t: (0, ctx.demand.get((b, t), 0.0))
+    )
+    m.created = pyo.Var(m.COUPLED, domain=pyo.NonNegativeReals)
+    m.deleted = pyo.Var(m.COUPLED, domain=pyo.NonNegativeReals)
+    m.lost = pyo.Var(m.LOSS, domain=pyo.NonNegativeReals)
+
+
+def _n_prev(m: pyo.ConcreteModel, ctx: WindowContext, g: str, t: int):
+    """n_{g, t-1}: a variable inside the window, the carried count for the window's first epoch."""
+    if t == ctx.epochs[0]:
+        return float(ctx.state.n.get(g, 0)) if ctx.state is not None else 0.0
+    return m.n_vpods[g, t - 1]
+
+
+def _load(m: pyo.ConcreteModel, ctx: WindowContext, members: list[tuple[str, str, str, float]], t: int):
+    """u_{g,t} = sum_{k in g} r_{k,t} / c_k (vPods' worth of traffic)."""
+    return sum(m.rate[k, t] * (1.0 / c) for k, _b, _p, c in members)
+
+
+def add_demand_coverage(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: demand_coverage
+
+    **Enforced Over**: COVER (class b, phase p, epoch t with d_{b,t} > 0)
+
+        sum_{k: b(k)=b, p(k)=p} r_{k,t} + s_{b,t} = d_{b,t}
+    """
+    if len(m.COVER) == 0:
+        return
+    members: dict[tuple[str, str], list[str]] = {}
+    for r in ctx.configs.itertuples():
+        members.setdefault((str(r.bucket), str(r.phase)), []).append(r.config_id)
+
+    def rule(_m: pyo.ConcreteModel, b: str, p: str, t: int):
+        return sum(_m.rate[k, t] for k in members.get((b, p), [])) + _m.unserved[b, t] == ctx.demand[(b, t)]
+
+    m.demand_coverage = pyo.Constraint(m.COVER, rule=rule)
+
+
+def add_vpod_capacity(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: vpod_capacity
+
+    **Enforced Over**: GROUPS x EPOCHS
+
+    A group's load fits its vPods, the vPods created at t serving only (1 - delta) of the epoch:
+
+        sum_{k in g} r_{k,t} / c_k <= n_{g,t} - delta * y_{g,t}     (y = 0 without a previous epoch)
+    """
+    if len(m.GROUPS) == 0:
+        return
+    members = _members(ctx)
+    coupled = set(m.COUPLED)
+
+    def rule(_m: pyo.ConcreteModel, g: str, t: int):
+        lhs = _load(_m, ctx, members[g], t)
+        rhs = _m.n_vpods[g, t]
+        if (g, t) in coupled and ctx.delta > 0:
+            rhs = rhs - ctx.delta * _m.created[g, t]
+        if isinstance(lhs, (int, float)):
+            return pyo.Constraint.Skip
+        return lhs <= rhs
+
+    m.vpod_capacity = pyo.Constraint(m.GROUPS, m.EPOCHS, rule=rule)
+
+
+def add_chip_inventory(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: chip_inventory
+
+    **Enforced Over**: CHIPS_T (generation c, epoch t with a finite inventory)
+
+        sum_{g: chip(g)=c} chips_g n_{g,t} <= H_{c,t}
+    """
+    if len(m.CHIPS_T) == 0:
+        return
+    by_chip: dict[str, list[tuple[str, float]]] = {}
+    for r in ctx.groups.itertuples():
+        by_chip.setdefault(str(r.chip), []).append((r.group, float(r.chips_per_vpod)))
+
+    def rule(_m: pyo.ConcreteModel, c: str, t: int):
+        return sum(w * _m.n_vpods[g, t] for g, w in by_chip.get(c, [])) <= ctx.inventory[(c, t)]
+
+    m.chip_inventory = pyo.Constraint(m.CHIPS_T, rule=rule)
+
+
+def add_growth_limit(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: growth_limit
+
+    **Enforced Over**: COUPLED (g, t with a previous epoch)
+
+        n_{g,t} <= gamma * n_{g,t-1} + a
+    """
+    if len(m.COUPLED) == 0:
+        return
+    gamma, a = ctx.params.growth_max, float(ctx.params.new_group_vpods)
+
+    def rule(_m: pyo.ConcreteModel, g: str, t: int):
+        return _m.n_vpods[g, t] <= gamma * _n_prev(_m, ctx, g, t) + a
+
+    m.growth_limit = pyo.Constraint(m.COUPLED, rule=rule)
+
+
+def add_creation(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: creation
+
+    **Enforced Over**: COUPLED
+
+        y_{g,t} >= n_{g,t} - n_{g,t-1}      (y >= 0: vPods created at the start of t)
+    """
+    if len(m.COUPLED) == 0:
+        return
+
+    def rule(_m: pyo.ConcreteModel, g: str, t: int):
+        return _m.created[g, t] >= _m.n_vpods[g, t] - _n_prev(_m, ctx, g, t)
+
+    m.creation = pyo.Constraint(m.COUPLED, rule=rule)
+
+
+def add_deletion(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: deletion
+
+    **Enforced Over**: COUPLED
+
+        z_{g,t} >= n_{g,t-1} - n_{g,t}      (z >= 0: vPods deleted at the start of t)
+    """
+    if len(m.COUPLED) == 0:
+        return
+
+    def rule(_m: pyo.ConcreteModel, g: str, t: int):
+        return _m.deleted[g, t] >= _n_prev(_m, ctx, g, t) - _m.n_vpods[g, t]
+
+    m.deletion = pyo.Constraint(m.COUPLED, rule=rule)
+
+
+def add_shrink_limit(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: shrink_limit
+
+    **Enforced Over**: COUPLED
+
+    At most halving per epoch, i.e. n_{g,t} >= floor(sigma n_{g,t-1}), linearised for integer n as
+
+        n_{g,t} + l_{g,t} >= sigma * n_{g,t-1} - (1 - eps)
+
+    (exact when the fractional part of sigma n is 0 or >= eps; sigma = 0.5 gives fractions 0 and
+    0.5). l_{g,t} (vPods lost to failed chips) exists only where the generation loses chips.
+    """
+    if len(m.COUPLED) == 0:
+        return
+    sigma = ctx.params.shrink_factor
+    loss = set(m.LOSS)
+
+    def rule(_m: pyo.ConcreteModel, g: str, t: int):
+        lhs = _m.n_vpods[g, t] + (_m.lost[g, t] if (g, t) in loss else 0.0)
+        return lhs >= sigma * _n_prev(_m, ctx, g, t) - (1.0 - FLOOR_EPS)
+
+    m.shrink_limit = pyo.Constraint(m.COUPLED, rule=rule)
+
+
+def add_shrink_hold(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: shrink_hold
+
+    **Enforced Over**: HOLD (g, t, tau) with t - K <= tau <= t - 1
+
+    A group keeps what its load needed in each of the last K epochs (scale down only after
+    shrink_after_s below need):
+
+        n_{g,t} + l_{g,t} >= u_{g,tau} = sum_{k in g} r_{k,tau} / c_k
+
+    (u of committed epochs before the window is a constant carried in the state).
+    """
+    if len(m.HOLD) == 0:
+        return
+    members = _members(ctx)
+    loss = set(m.LOSS)
+    first = ctx.epochs[0]
+
+    def rule(_m: pyo.ConcreteModel, g: str, t: int, tau: int):
+        lhs = _m.n_vpods[g, t] + (_m.lost[g, t] if (g, t) in loss else 0.0)
+        if tau >= first:
+            return lhs >= _load(_m, ctx, members[g], tau)
+        return lhs >= ctx.state.loads[(g, tau)]
+
+    m.shrink_hold = pyo.Constraint(m.HOLD, rule=rule)
+
+
+def add_failure_loss(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: failure_loss
+
+    **Enforced Over**: generations c and epochs t with a drop of inventory (LOSS projected on (c, t))
+
+    The vPods released past the scale-down rules fit in the chips that failed:
+
+        sum_{g: chip(g)=c} chips_g l_{g,t} <= H_{c,t-1} - H_{c,t}
+    """
+    if len(m.LOSS) == 0:
+        return
+    chip_of = dict(zip(ctx.groups["group"], ctx.groups["chip"], strict=True))
+    w = dict(zip(ctx.groups["group"], ctx.groups["chips_per_vpod"].astype(float), strict=True))
+    pairs = sorted({(str(chip_of[g]), t) for g, t in m.LOSS})
+    m.LOSS_CHIPS = pyo.Set(initialize=pairs, dimen=2, ordered=True)
+
+    def rule(_m: pyo.ConcreteModel, c: str, t: int):
+        lhs = sum(w[g] * _m.lost[g, tt] for g, tt in _m.LOSS if tt == t and str(chip_of[g]) == c)
+        return lhs <= ctx.inventory_drop(c, t)
+
+    m.failure_loss = pyo.Constraint(m.LOSS_CHIPS, rule=rule)
+
+
+def add_objective(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """Expressions ``served_term``, ``held_term``, ``unserved_term``, ``reconfig_term`` and the
+    objective ``total_objective`` (their sum, minimised), in objective units over the window:
+
+        served_term   = T sum_{k,t} a_k r_{k,t}
+        held_term     = sum_{g,t} h_g n_{g,t}
+        unserved_term = T pen sum_{b,t} s_{b,t}
+        reconfig_term = sum_{(g,t) coupled} (kappa+_g y_{g,t} + kappa-_g z_{g,t})
+    """
+    t_s = ctx.epoch_s
+    a = dict(zip(ctx.configs["config_id"], ctx.configs["var_obj_per_req"].astype(float), strict=True))
+    h = dict(zip(ctx.groups["group"], ctx.groups["held_obj_per_vpod"].astype(float), strict=True))
+    kc = dict(zip(ctx.groups["group"], ctx.groups["create_obj"].astype(float), strict=True))
+    kd = dict(zip(ctx.groups["group"], ctx.groups["delete_obj"].astype(float), strict=True))
+    m.served_term = pyo.Expression(
+        expr=sum(t_s * a[k] * m.rate[k, t] for k in m.CONFIGS for t in m.EPOCHS if a[k] != 0.0)
+    )
+    m.held_term = pyo.Expression(expr=sum(h[g] * m.n_vpods[g, t] for g in m.GROUPS for t in m.EPOCHS if h[g] != 0.0))
+    m.unserved_term = pyo.Expression(
+        expr=sum(t_s * ctx.penalty_per_req * m.unserved[b, t] for b in m.BUCKETS for t in m.EPOCHS)
+    )
+    m.reconfig_term = pyo.Expression(
+        expr=sum(kc[g] * m.created[g, t] + kd[g] * m.deleted[g, t] for g, t in m.COUPLED if kc[g] or kd[g])
+    )
+    m.total_objective = pyo.Objective(
+        expr=m.served_term + m.held_term + m.unserved_term + m.reconfig_term, sense=pyo.minimize
+    )
+
+
+#: Constraint-family builders in build order (each ``add_<ID>`` creates the component ``<ID>``).
+CONSTRAINT_BUILDERS: tuple[Callable[[pyo.ConcreteModel, WindowContext], None], ...] = (
+    add_demand_coverage,
+    add_vpod_capacity,
+    add_chip_inventory,
+    add_growth_limit,
+    add_creation,
+    add_deletion,
+    add_shrink_limit,
+    add_shrink_hold,
+    add_failure_loss,
+)
+
+
+def build_model(ctx: WindowContext) -> pyo.ConcreteModel:
+    """The Pyomo model of one window: sets, variables, constraint families, objective."""
+    m = pyo.ConcreteModel(name=f"horizon_{ctx.epochs[0]}_{ctx.epochs[-1]}")
+    add_sets(m, ctx)
+    add_variables(m, ctx)
+    for builder in CONSTRAINT_BUILDERS:
+        builder(m, ctx)
+    add_objective(m, ctx)
+    return m
+
+
+def component_ids(m: pyo.ConcreteModel) -> dict[str, set[str]]:
+    """Names of the model's components by kind, for checking them against the document."""
+    kinds = {
+        "set": pyo.Set,
+        "variable": pyo.Var,
+        "constraint": pyo.Constraint,
+        "expression": pyo.Expression,
+        "objective": pyo.Objective,
+    }
+    out: dict[str, set[str]] = {}
+    for kind, ctype in kinds.items():
+        names = {c.local_name for c in m.component_objects(ctype, descend_into=False)}
+        if kind == "set":  # Pyomo's implicit index sets of multi-index components
+            names = {n for n in names if n.isupper()}
+        out[kind] = names
+    return out

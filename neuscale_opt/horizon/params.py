@@ -1,0 +1,134 @@
+"""Parameters of horizon planning: the auto-scaling rules as numbers, and inventory over time.
+
+:class:`HorizonParams` is the horizon package's own frozen view of the ``[horizon]`` table of an
+instance (``neuscale_opt.instance.Horizon``); every default is the NeuScale paper's value (section
+3.4) or, for the creation delay, the replay's (``neuscale_opt.replay.ReplayOptions``). Symbols are
+those of ``formulations/horizon.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from neuscale_opt.errors import InputError
+
+#: Forecast methods a rolling plan may read (``neuscale_opt.traces.forecast.METHODS``).
+FORECASTS: tuple[str, ...] = ("last-peak", "ewma", "seasonal-naive", "quantile", "oracle")
+#: Tolerance of the linearised floor in the scale-down limit (see ``shrink_limit``).
+FLOOR_EPS = 1e-3
+
+
+@dataclass(frozen=True)
+class HorizonParams:
+    """The constants of the multi-epoch model and of the reactive policies.
+
+    Attributes (symbol of ``formulations/horizon.md``, default and source)
+    ----------------------------------------------------------------------
+    window:
+        H, epochs planned at each step of the rolling plan; ``None`` = the default of the caller
+        (``plan_horizon``: 6 epochs, the 30-minute monitoring window; ``plan_rolling``: every epoch).
+    forecast:
+        forecaster of the rolling plan (``traces.forecast``); default ``last-peak``, the paper's rule.
+    coupling:
+        False drops every coupling constraint (then the plan is the per-epoch MILP on the forecast).
+    growth_max:
+        gamma = 2.0: a group's vPod count at most doubles per epoch (paper section 3.4).
+    new_group_vpods:
+        a = 1: vPods a group may add beyond doubling, so that an empty group can start
+        (0 -> 1 -> 3 -> 7 ...).
+    shrink_factor:
+        sigma = 0.5: a group keeps at least floor(sigma n) of its n vPods per epoch (halving).
+    shrink_after_s:
+        30 min: a group keeps as many vPods as its load needed in any epoch of the last
+        K = shrink_after_s / T epochs (scale down only after 30 minutes below need).
+    monitor_window_s:
+        30 min: the reactive policies size a group for the peak rate of the last W = 30 min.
+    coalesce_threshold:
+        theta = 0.5: a class whose own group would be used below theta joins a group of the same vPod
+        type that has room (reactive policies).
+    create_delay_s:
+        30 s: a created vPod serves only after this delay (weights loading); its share
+        delta = create_delay_s / T of the epoch is lost capacity. Same default as the replay.
+    create_energy_j_per_chip, delete_energy_j_per_chip:
+        extra energy (J per chip, before PUE) of creating / deleting a vPod, beyond its static power
+        while held (which the held term already charges); default 0.
+    """
+
+    window: int | None = None
+    forecast: str = "last-peak"
+    coupling: bool = True
+    growth_max: float = 2.0
+    new_group_vpods: int = 1
+    shrink_factor: float = 0.5
+    shrink_after_s: float = 1800.0
+    monitor_window_s: float = 1800.0
+    coalesce_threshold: float = 0.5
+    create_delay_s: float = 30.0
+    create_energy_j_per_chip: float = 0.0
+    delete_energy_j_per_chip: float = 0.0
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        if self.window is not None and (int(self.window) != self.window or self.window < 1):
+            problems.append(f"window must be a positive integer, got {self.window}")
+        if self.forecast not in FORECASTS:
+            problems.append(f"forecast must be one of {list(FORECASTS)}, got {self.forecast!r}")
+        if not self.growth_max >= 1:
+            problems.append(f"growth_max must be >= 1, got {self.growth_max}")
+        if self.new_group_vpods < 0:
+            problems.append(f"new_group_vpods must be >= 0, got {self.new_group_vpods}")
+        if not 0 <= self.shrink_factor <= 1:
+            problems.append(f"shrink_factor must be in [0, 1], got {self.shrink_factor}")
+        if not self.shrink_after_s >= 0:
+            problems.append(f"shrink_after_s must be >= 0, got {self.shrink_after_s}")
+        if not self.monitor_window_s > 0:
+            problems.append(f"monitor_window_s must be > 0, got {self.monitor_window_s}")
+        if not 0 <= self.coalesce_threshold <= 1:
+            problems.append(f"coalesce_threshold must be in [0, 1], got {self.coalesce_threshold}")
+        for name in ("create_delay_s", "create_energy_j_per_chip", "delete_energy_j_per_chip"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                problems.append(f"{name} must be a finite number >= 0, got {v}")
+        if problems:
+            raise InputError("; ".join(problems), where="horizon")
+
+    def replace(self, **changes: Any) -> HorizonParams:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def hold_epochs(self, epoch_s: float) -> int:
+        """K = ceil(shrink_after_s / T): epochs of load a group must cover before it shrinks."""
+        return math.ceil(self.shrink_after_s / epoch_s - 1e-9)
+
+    def monitor_epochs(self, epoch_s: float) -> int:
+        """W = ceil(monitor_window_s / T): epochs the reactive rule takes its peak over."""
+        return max(1, math.ceil(self.monitor_window_s / epoch_s - 1e-9))
+
+    def delay_share(self, epoch_s: float) -> float:
+        """delta = min(create_delay_s / T, 1): share of an epoch a created vPod does not serve."""
+        return min(self.create_delay_s / epoch_s, 1.0)
+
+    @classmethod
+    def from_instance(cls, instance: Any, **overrides: Any) -> HorizonParams:
+        """Read the ``[horizon]`` table (absent: the defaults); non-None ``overrides`` win."""
+        h = getattr(instance, "horizon", None)
+        values: dict[str, Any] = {}
+        if h is not None:
+            values = {k: getattr(h, k) for k in cls.__dataclass_fields__ if hasattr(h, k)}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def inventory_schedule(base: dict[str, float], events: Any, epochs: list[int]) -> dict[tuple[str, int], float]:
+    """H_{c,t}: healthy chips of generation c in epoch t = base_c + sum of the events of c at
+    epochs <= t (``events``: objects with ``epoch``, ``chip``, ``delta_chips``)."""
+    out: dict[tuple[str, int], float] = {}
+    for c, h in base.items():
+        for t in epochs:
+            delta = sum(float(ev.delta_chips) for ev in events if ev.chip == c and ev.epoch <= t)
+            out[(c, t)] = h + delta if not math.isinf(h) else math.inf
+    return out

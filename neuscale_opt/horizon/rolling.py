@@ -1,0 +1,352 @@
+"""Full-horizon and rolling-window planning with the horizon model, and the common assembly of a
+schedule into a :class:`~neuscale_opt.alloc.solution.Solution`.
+
+* :func:`plan_full` - one solve over every epoch with the given demand (the oracle's bound when
+  the demand is the actual one);
+* :func:`plan_rolling` - at each epoch t: forecast epochs t .. t+H-1 from the epochs before t,
+  solve the window with the state committed so far, commit epoch t, move on;
+* :func:`forecast_window` - the planned demand of a window (``traces.forecast``);
+* :func:`assemble` - committed rows -> Solution, totals and epoch summaries from the independent
+  schedule evaluator.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from neuscale_opt.alloc.context import prepare
+from neuscale_opt.alloc.options import PlanOptions
+from neuscale_opt.alloc.solution import (
+    ALLOC_COLUMNS,
+    Solution,
+    empty_allocations,
+    tidy_allocations,
+    tidy_unserved,
+)
+from neuscale_opt.alloc.solve import solve_model
+from neuscale_opt.coefficients import Coefficients
+from neuscale_opt.errors import TimeLimitError
+from neuscale_opt.horizon.context import State, WindowContext, build_window, horizon_options
+from neuscale_opt.horizon.evaluate import evaluate_schedule
+from neuscale_opt.horizon.model import build_model
+from neuscale_opt.horizon.params import HorizonParams, inventory_schedule
+from neuscale_opt.traces.forecast import forecast
+
+_STATUS_RANK = {"optimal": 0, "feasible": 1, "time_limit": 2, "infeasible": 3}
+ROW_FIELDS = ("bucket", "phase", "chip", "shape", "chips_per_vpod", "tp", "pp", "ep", "batch", "vpod_type", "config_id")
+
+
+@dataclass(frozen=True)
+class EpochCommit:
+    """One committed epoch: vPods per group, rate per configuration, unserved rate per class, the
+    demand it was planned for, and how it was found."""
+
+    epoch: int
+    n: dict[str, int]
+    x: dict[str, float]
+    s: dict[str, float]
+    planned: dict[str, float]
+    status: str
+    info: dict[str, Any]
+
+
+# ----------------------------------------------------------------------------------------------
+# demand
+
+
+def actual_demand(coeffs: Coefficients) -> dict[tuple[str, int], float]:
+    """d_{b,t} of the coefficients (the rate the instance provisions for: peak or mean)."""
+    return {(str(r.bucket), int(r.epoch)): float(r.rate_rps) for r in coeffs.demand.itertuples()}
+
+
+def forecast_window(coeffs: Coefficients, method: str, start: int, epochs: list[int]) -> dict[tuple[str, int], float]:
+    """Planned demand of ``epochs`` (a window starting at ``start``) made with data before ``start``.
+
+    ``oracle`` returns the actual demand. Otherwise ``traces.forecast(history, method, steps)`` on
+    the epochs before ``start``. Warm start: a window starting at 0 treats epoch 0 as observed (the
+    cluster exists at t = 0 sized for it), so epoch 0 is planned on its actual demand and later
+    epochs from it. Where a method has no value (``seasonal-naive`` within its first period) the
+    last observed epoch is used.
+    """
+    actual = actual_demand(coeffs)
+    if method == "oracle":
+        return {(b, t): actual.get((b, t), 0.0) for t in epochs for b in coeffs.bucket_names}
+    out: dict[tuple[str, int], float] = {}
+    seen = max(start, 1)
+    if start == 0:
+        for b in coeffs.bucket_names:
+            out[(b, 0)] = actual.get((b, 0), 0.0)
+    hist = coeffs.demand[coeffs.demand["epoch"] < seen][["epoch", "bucket", "rate_rps"]]
+    hist = hist.rename(columns={"rate_rps": "peak_rps"}).sort_values(["epoch", "bucket"], kind="mergesort")
+    steps = max(t for t in epochs) - seen + 1
+    if steps <= 0:
+        return out
+    fc = forecast(hist.reset_index(drop=True), method, steps=steps, epoch_s=float(coeffs.epoch_s))
+    fut = fc[fc["future"].to_numpy()]
+    last = {b: actual.get((b, seen - 1), 0.0) for b in coeffs.bucket_names}
+    for r in fut.itertuples():
+        t = int(r.epoch)
+        if t in epochs and (str(r.bucket), t) not in out:
+            v = float(r.rate_rps)
+            out[(str(r.bucket), t)] = last[str(r.bucket)] if math.isnan(v) else max(v, 0.0)
+    for t in epochs:
+        for b in coeffs.bucket_names:
+            out.setdefault((b, t), last[b])
+    return out
+
+
+def instance_inventory(coeffs: Coefficients, events: Any = ()) -> dict[tuple[str, int], float]:
+    """H_{c,t} for every epoch of ``coeffs`` (the fleet's healthy chips plus ``inventory_events``)."""
+    return inventory_schedule(coeffs.inventory(), tuple(events), coeffs.epochs)
+
+
+# ----------------------------------------------------------------------------------------------
+# solving a window
+
+
+def solve_window(ctx: WindowContext) -> tuple[dict[int, EpochCommit], dict[str, Any]]:
+    """Solve one window; the plan of each of its epochs (not yet committed) and solver info."""
+    m = build_model(ctx)
+    res = solve_model(m, ctx.options)
+    info = {"objective_value": res.objective, "bound": res.bound, "gap": res.gap, "solve_seconds": res.seconds}
+    if res.status == "no_incumbent":
+        raise TimeLimitError(
+            f"epochs {ctx.epochs[0]}-{ctx.epochs[-1]}: the solver hit the time limit of "
+            f"{ctx.options.time_limit_s} s without a plan"
+        )
+    if not res.has_plan:
+        raise RuntimeError(f"horizon window {ctx.epochs[0]}-{ctx.epochs[-1]} is {res.status}")  # pragma: no cover
+    v = res.values
+    out: dict[int, EpochCommit] = {}
+    for t in ctx.epochs:
+        n = {str(g): int(round(x)) for (g, tt), x in v.get("n_vpods", {}).items() if tt == t and round(x) > 0}
+        x = {str(k): max(val, 0.0) for (k, tt), val in v.get("rate", {}).items() if tt == t and val > 1e-9}
+        s = {str(b): val for (b, tt), val in v.get("unserved", {}).items() if tt == t and val > 1e-9}
+        planned = {b: ctx.demand.get((b, t), 0.0) for b in ctx.buckets}
+        out[t] = EpochCommit(t, n, x, s, planned, res.status, {})
+    return out, info
+
+
+def loads_of(commit: EpochCommit, configs: pd.DataFrame) -> dict[str, float]:
+    """u_{g,t} = sum_{k in g} r_k / c_k of a committed epoch."""
+    cap = dict(zip(configs["config_id"], configs["cap_rps"].astype(float), strict=True))
+    grp = dict(zip(configs["config_id"], configs["group"], strict=True))
+    out: dict[str, float] = {}
+    for k, r in commit.x.items():
+        out[grp[k]] = out.get(grp[k], 0.0) + r / cap[k]
+    return out
+
+
+def next_state(
+    prev: State | None, commit: EpochCommit, configs: pd.DataFrame, inventory: dict[tuple[str, int], float], keep: int
+) -> State:
+    """The state after committing ``commit``: its counts, the loads of the last ``keep`` epochs."""
+    loads = dict(prev.loads) if prev is not None else {}
+    for g, u in loads_of(commit, configs).items():
+        loads[(g, commit.epoch)] = u
+    loads = {(g, t): u for (g, t), u in loads.items() if t > commit.epoch - keep}
+    inv = {c: h for (c, t), h in inventory.items() if t == commit.epoch}
+    return State(epoch=commit.epoch, n=dict(commit.n), loads=loads, inventory=inv)
+
+
+def plan_full(
+    coeffs: Coefficients,
+    options: PlanOptions,
+    params: HorizonParams,
+    demand: dict[tuple[str, int], float] | None = None,
+    inventory: dict[tuple[str, int], float] | None = None,
+    method: str = "oracle",
+    progress: Callable[[int], Any] | None = None,
+) -> Solution:
+    """One solve of the horizon model over every epoch (``demand`` default: the actual one)."""
+    opts = horizon_options(options)
+    epochs = coeffs.epochs
+    dem = actual_demand(coeffs) if demand is None else demand
+    inv = instance_inventory(coeffs) if inventory is None else inventory
+    ctx = build_window(coeffs, opts, params, epochs, dem, inv)
+    plans, info = solve_window(ctx)
+    commits = [plans[t] for t in epochs]
+    if progress is not None:
+        progress(len(epochs))
+    meta = {"window": len(epochs), "forecast": "oracle" if demand is None else "given", "solves": 1}
+    return assemble(method, coeffs, opts, params, ctx.configs, commits, inv, meta, solver=info)
+
+
+def plan_rolling(
+    coeffs: Coefficients,
+    options: PlanOptions,
+    params: HorizonParams,
+    forecast_method: str | None = None,
+    window: int | None = None,
+    inventory: dict[tuple[str, int], float] | None = None,
+    method: str = "milp",
+    progress: Callable[[int], Any] | None = None,
+) -> Solution:
+    """Rolling plan: for t = 0 .. E-1 solve epochs t .. t+H-1 on the forecast made before t, with
+    the counts and loads committed before t as the initial state; commit epoch t."""
+    opts = horizon_options(options)
+    fc_method = forecast_method or params.forecast
+    epochs = coeffs.epochs
+    h = len(epochs) if window is None else int(window)
+    inv = instance_inventory(coeffs) if inventory is None else inventory
+    prep = prepare(coeffs, opts)
+    keep = max(params.hold_epochs(float(coeffs.epoch_s)), 1)
+    state: State | None = None
+    commits: list[EpochCommit] = []
+    seconds = 0.0
+    ctx = None
+    for i, t in enumerate(epochs):
+        win = epochs[i : i + h]
+        dem = forecast_window(coeffs, fc_method, t, win)
+        ctx = build_window(coeffs, opts, params, win, dem, inv, state, prep)
+        plans, info = solve_window(ctx)
+        c = plans[t]
+        c = EpochCommit(c.epoch, c.n, c.x, c.s, c.planned, c.status, info)
+        seconds += info["solve_seconds"]
+        commits.append(c)
+        state = next_state(state, c, ctx.configs, inv, keep)
+        if progress is not None:
+            progress(1)
+    meta = {"window": h, "forecast": fc_method, "solves": len(epochs)}
+    configs = ctx.configs if ctx is not None else prep.configs
+    return assemble(method, coeffs, opts, params, configs, commits, inv, meta)
+
+
+# ----------------------------------------------------------------------------------------------
+# assembly
+
+
+def _row(epoch: int, r: pd.Series, group: str, n: int, rate: float) -> dict[str, Any]:
+    out = {"epoch": int(epoch), **{f: r[f] for f in ROW_FIELDS}}
+    for f in ("chips_per_vpod", "tp", "pp", "ep", "batch"):
+        out[f] = int(out[f])
+    out.update(vpod_group=group, n_vpods=int(n), rate_rps=float(rate))
+    return out
+
+
+def commit_rows(commit: EpochCommit, configs: pd.DataFrame, groups_of: dict[str, str] | None = None) -> list[dict]:
+    """Allocation rows of a committed epoch: one per configuration carrying traffic, plus one with
+    rate 0 for a group that holds vPods without traffic. ``groups_of`` maps a configuration to the
+    group key it runs on when that differs from its own (coalesced classes)."""
+    cfg = configs.set_index("config_id", drop=False)
+    groups_of = groups_of or {}
+    rows = []
+    seen: set[str] = set()
+    for k in sorted(commit.x):
+        if commit.x[k] <= 0:
+            continue
+        r = cfg.loc[k]
+        g = groups_of.get(k, str(r["group"]))
+        seen.add(g)
+        rows.append(_row(commit.epoch, r, g, commit.n.get(g, 0), commit.x[k]))
+    for g in sorted(commit.n):
+        if commit.n[g] > 0 and g not in seen:
+            r = configs[configs["group"] == g].iloc[0]
+            rows.append(_row(commit.epoch, r, g, commit.n[g], 0.0))
+    return rows
+
+
+def assemble(
+    method: str,
+    coeffs: Coefficients,
+    options: PlanOptions,
+    params: HorizonParams,
+    configs: pd.DataFrame,
+    commits: list[EpochCommit],
+    inventory: dict[tuple[str, int], float],
+    meta: dict[str, Any],
+    solver: dict[str, Any] | None = None,
+    groups_of: dict[int, dict[str, str]] | None = None,
+    penalty_per_req: float | None = None,
+) -> Solution:
+    """Committed epochs -> :class:`Solution` with totals and epoch summaries from
+    :func:`~neuscale_opt.horizon.evaluate.evaluate_schedule` on the planned demand."""
+    rows: list[dict[str, Any]] = []
+    uns: list[dict[str, Any]] = []
+    for c in commits:
+        rows.extend(commit_rows(c, configs, (groups_of or {}).get(c.epoch)))
+        uns.extend({"epoch": c.epoch, "bucket": b, "unserved_rps": v} for b, v in sorted(c.s.items()))
+    alloc = tidy_allocations(pd.DataFrame(rows, columns=list(ALLOC_COLUMNS))) if rows else empty_allocations()
+    unserved = tidy_unserved(pd.DataFrame(uns, columns=["epoch", "bucket", "unserved_rps"]))
+    planned = pd.DataFrame(
+        [(c.epoch, b, v) for c in commits for b, v in sorted(c.planned.items())],
+        columns=["epoch", "bucket", "rate_rps"],
+    )
+    if penalty_per_req is None:
+        penalty_per_req = prepare(coeffs, options).penalty_per_req
+    status = max((c.status for c in commits), key=_STATUS_RANK.__getitem__, default="optimal")
+    if solver is None and status == "optimal":
+        # every window was solved to optimality, but the committed schedule is not proven optimal
+        # for the horizon (later windows see demand the earlier ones did not): no bound, no gap
+        status = "feasible"
+    draft = Solution(
+        method=method,
+        status=status,
+        objective=options.objective,
+        objective_value=math.nan,
+        bound=math.nan,
+        gap=math.nan,
+        solve_seconds=0.0,
+        allocations=alloc,
+        unserved=unserved,
+        totals={},
+        options=options,
+        penalty_per_req=float(penalty_per_req),
+        backend=options.backend if method in ("milp", "oracle") else None,
+    )
+    ev = evaluate_schedule(draft, coeffs, params, demand=planned, inventory=inventory)
+    actual = actual_demand(coeffs)
+    chip_cols = [c for c in ev.by_epoch.columns if c.startswith("chips_")]
+    epochs_out = []
+    for c, rec in zip(commits, ev.by_epoch.to_dict(orient="records"), strict=True):
+        epochs_out.append(
+            {
+                "epoch": c.epoch,
+                "status": c.status,
+                "forecast_rps": {b: float(v) for b, v in sorted(c.planned.items())},
+                "actual_rps": {b: actual.get((b, c.epoch), 0.0) for b in sorted(c.planned)},
+                "chips_by_generation": {k[len("chips_") :]: int(round(rec[k])) for k in chip_cols},
+                "energy_j": float(rec["energy_j"]),
+                "cost_usd": float(rec["cost_usd"]),
+                "carbon_kg": float(rec["carbon_kg"]),
+                "unserved_rps": float(rec["unserved_rps"]),
+                "created_vpods": int(rec["created_vpods"]),
+                "deleted_vpods": int(rec["deleted_vpods"]),
+                **({"window_gap": float(c.info["gap"])} if "gap" in c.info else {}),
+                **({"solve_seconds": float(c.info["solve_seconds"])} if "solve_seconds" in c.info else {}),
+            }
+        )
+    if solver is not None:
+        obj, bound = float(solver["objective_value"]), float(solver["bound"])
+        gap = max(0.0, obj - bound) / max(abs(obj), 1e-9)
+        seconds = float(solver["solve_seconds"])
+    else:
+        obj, bound, gap = ev.objective_value, math.nan, math.nan
+        seconds = float(sum(c.info.get("solve_seconds", 0.0) for c in commits))
+    totals = dict(ev.totals)
+    totals["coupling_violations"] = len(ev.violations)
+    full_meta = {
+        **meta,
+        "horizon": params.to_dict(),
+        "evaluated_objective": float(ev.objective_value),
+        "violations": list(ev.violations),
+        "inventory": {f"{c}@{t}": (None if np.isinf(h) else float(h)) for (c, t), h in sorted(inventory.items())},
+    }
+    return Solution(
+        **{
+            **draft.__dict__,
+            "objective_value": obj,
+            "bound": bound,
+            "gap": gap,
+            "solve_seconds": seconds,
+            "totals": totals,
+            "epochs": tuple(epochs_out),
+            "meta": full_meta,
+        }
+    )

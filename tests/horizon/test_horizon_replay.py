@@ -1,0 +1,81 @@
+"""Horizon plans judged by the replay: ample capacity meets the SLO for every request, half the
+needed capacity does not, and replay energy is at least the static power of the vPods the plan
+holds x the time it holds them. A plan that does not match the instance is refused."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from horizon_support import poisson_trace, tiny_instance
+
+from neuscale_opt.alloc.options import PlanOptions
+from neuscale_opt.candidates import build_coefficients
+from neuscale_opt.errors import InputError
+from neuscale_opt.horizon import plan_horizon
+from neuscale_opt.replay import load_plan, replay
+
+RATES = {"a": 400.0, "b": 100.0}
+EPOCH_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def setup():
+    inst = tiny_instance(RATES, epochs=2, length_s=EPOCH_S, horizon={"window": 2})
+    coeffs = build_coefficients(inst)
+    lengths = coeffs.buckets.set_index("bucket")
+    spec = {b: (r, int(lengths.loc[b, "input_tokens"]), int(lengths.loc[b, "output_tokens"])) for b, r in RATES.items()}
+    return inst, coeffs, poisson_trace(spec, 2 * EPOCH_S, seed=3)
+
+
+def _plan(inst, coeffs, method, util_cap=None, demand_scale=1.0):
+    c = (
+        coeffs
+        if demand_scale == 1.0
+        else replace(coeffs, demand=coeffs.demand.assign(rate_rps=coeffs.demand["rate_rps"] * demand_scale))
+    )
+    opts = PlanOptions.from_instance(inst, util_cap=util_cap)
+    return plan_horizon(inst, method, coeffs=c, options=opts)
+
+
+@pytest.mark.parametrize("method", ["oracle", "neuscale-autoscaler"])
+def test_ample_capacity_meets_every_slo(setup, method):
+    inst, coeffs, trace = setup
+    sol = _plan(inst, coeffs, method, util_cap=0.45)  # vPods loaded to at most 45 %: about 2x the need
+    res = replay(sol.to_dict(), inst, trace, coeffs=coeffs)
+    assert res.totals["requests"] == len(trace)
+    assert bool(res.requests["slo_met"].all())
+
+
+@pytest.mark.parametrize("method", ["oracle", "neuscale-autoscaler"])
+def test_half_the_needed_capacity_misses_the_slo(setup, method):
+    inst, coeffs, trace = setup
+    sol = _plan(inst, coeffs, method, demand_scale=0.5)
+    res = replay(sol.to_dict(), inst, trace, coeffs=coeffs)
+    assert res.totals["slo_attainment"] < 0.95
+
+
+@pytest.mark.parametrize("method", ["oracle", "milp", "neuscale-autoscaler", "homogeneous-autoscaler"])
+def test_replay_energy_covers_static_power_of_the_plan(setup, method):
+    inst, coeffs, trace = setup
+    sol = _plan(inst, coeffs, method)
+    res = replay(sol.to_dict(), inst, trace, coeffs=coeffs)
+    static_w = coeffs.configs.set_index("config_id")["static_power_w"]
+    held = sol.allocations.drop_duplicates(["epoch", "vpod_group"])
+    planned_static_j = float((held["n_vpods"] * held["config_id"].map(static_w)).sum()) * EPOCH_S
+    assert planned_static_j > 0
+    assert res.totals["energy_j"] >= inst.energy.pue * planned_static_j * (1 - 1e-9)
+
+
+def test_plan_that_does_not_match_the_instance_is_refused(setup):
+    inst, coeffs, trace = setup
+    plan = _plan(inst, coeffs, "oracle").to_dict()
+    missing = {**plan, "allocations": [r for r in plan["allocations"] if r["epoch"] != 1]}
+    with pytest.raises(InputError, match="missing epochs"):
+        load_plan(missing, inst, trace)
+    unknown = {**plan, "allocations": [{**plan["allocations"][0], "chip": "tpu-v4"}] + plan["allocations"][1:]}
+    with pytest.raises(InputError, match="tpu-v4"):
+        load_plan(unknown, inst, trace)
+    too_many = {**plan, "allocations": [{**plan["allocations"][0], "n_vpods": 1000}] + plan["allocations"][1:]}
+    with pytest.raises(InputError, match="chips"):
+        load_plan(too_many, inst, trace)

@@ -1,0 +1,35 @@
+"""``neuscale-opt plan`` dispatches to the horizon planner for horizon methods and windows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from neuscale_opt.cli import main
+
+INSTANCES = Path(__file__).resolve().parents[1] / "instances"
+
+
+def test_autoscaler_plan_covers_every_epoch(capsys):
+    code = main(
+        ["plan", str(INSTANCES / "azure-conv.toml"), "--method", "neuscale-autoscaler", "--json", "-", "--quiet"]
+    )
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert plan["method"] == "neuscale-autoscaler" and plan["status"] == "feasible"
+    assert sorted({r["epoch"] for r in plan["allocations"]}) == list(range(12))
+    assert [e["epoch"] for e in plan["epochs"]] == list(range(12))
+    assert {"forecast_rps", "actual_rps", "chips_by_generation", "energy_j", "cost_usd"} <= set(plan["epochs"][0])
+
+
+def test_rolling_milp_is_feasible_without_a_claimed_bound(capsys):
+    code = main(["plan", str(INSTANCES / "azure-conv.toml"), "--window", "2", "--json", "-", "--quiet"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 0 and plan["status"] == "feasible"
+    assert plan["bound"] is None and plan["gap"] is None
+    assert all(abs(e["window_gap"]) <= 1e-6 for e in plan["epochs"] if e["epoch"] > 0)
+
+
+def test_bad_window_is_exit_2(capsys):
+    assert main(["plan", str(INSTANCES / "azure-conv.toml"), "--window", "0", "--quiet"]) == 2
+    assert "--window" in capsys.readouterr().err
