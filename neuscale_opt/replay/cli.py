@@ -56,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="seconds from an epoch boundary until an added vPod serves (default 30)",
     )
     p.add_argument("--cold-start", action="store_true", help="the vPods of epoch 0 also wait for the creation delay")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_replay)
 
 
@@ -73,7 +74,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     kw: dict = {"warm_start": not args.cold_start}
     if args.create_delay is not None:
         kw["create_delay_s"] = args.create_delay
-    res = replay(args.plan, inst, trace, ReplayOptions(**kw))
+    from neuscale_opt.report.progress import progress_bar
+
+    with progress_bar(total=inst.epochs.horizon or 0, desc="replay", quiet=args.quiet) as bar:
+        res = replay(args.plan, inst, trace, ReplayOptions(**kw), progress=bar.update)
     if args.json is not None:
         write_json(res.to_dict(), args.json)
     if args.requests is not None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,8 +133,10 @@ def run(
     tables: list[StepTable],
     create_delay_s: float,
     warm_start: bool,
+    on_epoch: Callable[[int], object] | None = None,
 ) -> EngineResult:
-    """Replay requests (sorted by arrival) against ``schedule[e]`` for epochs ``e = 0 .. E-1``."""
+    """Replay requests (sorted by arrival) against ``schedule[e]`` for epochs ``e = 0 .. E-1``;
+    ``on_epoch(1)`` (e.g. a progress bar's ``update``) is called as each epoch boundary is reached."""
     n_req = len(arrival)
     nan = math.nan
     start = [nan] * n_req
@@ -330,6 +333,8 @@ def run(
                 break
             epoch(ei, t_ep)
             ei += 1
+            if on_epoch is not None and ei <= n_epochs:
+                on_epoch(1)
             continue
         if t_ev <= t_arr:
             t, _, vid, ver, kind = pop(heap)

@@ -31,6 +31,7 @@ Totals
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,7 @@ def replay(
     trace: pd.DataFrame | None = None,
     options: ReplayOptions | None = None,
     coeffs: Coefficients | None = None,
+    progress: Callable[[int], object] | None = None,
 ) -> ReplayResult:
     """Replay ``trace`` (default: the instance's) against ``plan`` on ``instance``'s fleet.
 
@@ -201,6 +203,7 @@ def replay(
         tables,
         opts.create_delay_s,
         opts.warm_start,
+        on_epoch=progress,
     )
     return _account(res, tr, bcode, names, plan, tables, instance, coeffs, opts)
 
