@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pyomo.environ as pyo
 
+from neuscale_opt.alloc.model import component_ids as alloc_component_ids
 from neuscale_opt.horizon.context import WindowContext
 from neuscale_opt.horizon.params import FLOOR_EPS
 
@@ -378,18 +379,6 @@ def build_model(ctx: WindowContext) -> pyo.ConcreteModel:
 
 
 def component_ids(m: pyo.ConcreteModel) -> dict[str, set[str]]:
-    """Names of the model's components by kind, for checking them against the document."""
-    kinds = {
-        "set": pyo.Set,
-        "variable": pyo.Var,
-        "constraint": pyo.Constraint,
-        "expression": pyo.Expression,
-        "objective": pyo.Objective,
-    }
-    out: dict[str, set[str]] = {}
-    for kind, ctype in kinds.items():
-        names = {c.local_name for c in m.component_objects(ctype, descend_into=False)}
-        if kind == "set":  # Pyomo's implicit index sets of multi-index components
-            names = {n for n in names if n.isupper()}
-        out[kind] = names
-    return out
+    """Names of the model's components by kind, for checking them against the document (the same
+    listing as the single-epoch model's)."""
+    return alloc_component_ids(m)
