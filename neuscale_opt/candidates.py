@@ -605,11 +605,12 @@ def pods_frame(inst: Instance) -> pd.DataFrame:
 
 
 def build_coefficients(inst: Instance, cset: CandidateSet | None = None) -> Coefficients:
-    """The planners' input: feasible configurations of the phases the serving mode uses, demand,
-    classes with their SLOs, and per-generation inventory and prices."""
+    """The planners' input: feasible configurations of every phase searched, demand, classes with
+    their SLOs, and per-generation inventory and prices."""
     cset = candidates(inst) if cset is None else cset
-    phases = ("colocated",) if inst.planning.serving == "colocated" else ("prefill", "decode")
-    configs = cset.table[cset.table["feasible"] & cset.table["phase"].isin(phases)].reset_index(drop=True)
+    # every feasible phase: the planner keeps those of its serving mode (colocated, or prefill and
+    # decode), so that the mode can be chosen per plan without rebuilding the coefficients
+    configs = cset.table[cset.table["feasible"]].reset_index(drop=True)
     ctxs = {c: chip_context(inst, c) for c in inst.chip_names}
     dcn_pj = inst.energy.dcn_pj_per_byte
     chips = pd.DataFrame(

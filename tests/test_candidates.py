@@ -104,11 +104,12 @@ def test_slo_targets_are_five_times_the_reference(small):
     assert not t.loc[(t["phase"] == "decode") & (t["tpot_s"] > t["bucket"].map(b["tpot_slo_s"])), "slo_ok"].any()
 
 
-def test_coefficients_hold_only_feasible_colocated_rows(small):
+def test_coefficients_hold_the_feasible_rows_of_every_phase(small):
     inst, cs = small
     c = build_coefficients(inst, cs)
     assert set(CONFIG_COLUMNS) <= set(c.configs.columns)
-    assert (c.configs["phase"] == "colocated").all()
+    assert set(c.configs["phase"]) == {"colocated", "prefill", "decode"}
+    assert len(c.configs) == int(cs.table["feasible"].sum())
     assert c.configs["config_id"].is_unique
     assert c.inventory() == {"tpu-v5e": 16.0, "tpu-v6e": 8.0}
     assert list(c.demand.columns) == ["epoch", "bucket", "rate_rps"]

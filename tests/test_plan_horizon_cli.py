@@ -33,3 +33,10 @@ def test_rolling_milp_is_feasible_without_a_claimed_bound(capsys):
 def test_bad_window_is_exit_2(capsys):
     assert main(["plan", str(INSTANCES / "azure-conv.toml"), "--window", "0", "--quiet"]) == 2
     assert "--window" in capsys.readouterr().err
+
+
+def test_serving_mode_can_be_chosen_per_plan(capsys):
+    code = main(["plan", str(INSTANCES / "small.toml"), "--serving", "disaggregated", "--json", "-", "--quiet"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 0 and plan["serving"] == "disaggregated"
+    assert {r["phase"] for r in plan["allocations"]} == {"prefill", "decode"}
