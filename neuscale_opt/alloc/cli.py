@@ -181,9 +181,20 @@ def write_plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, opti
         from neuscale_opt.candidates import candidates
 
         cset = candidates(inst)
+    replays = {}
+    if cset is not None and inst.workload.trace is not None:
+        from neuscale_opt.replay import replay
+
+        todo = [(sol.method, sol)] + [(n, b) for n, (b, _) in baselines.items() if n != "unlimited" and b.has_plan]
+        with progress_bar(total=len(todo), desc="replay", quiet=args.quiet) as bar:
+            for name, s in todo:
+                replays[name] = replay(s.to_dict(timing=False), inst, coeffs=coeffs).totals
+                bar.update(1)
     pods = None if coeffs.pods is None else coeffs.pods.to_dict("records")
     placements = getattr(sol, "placements", None)
-    report = build_report(inst, cset, coeffs, sol, ev, baselines, placements=placements, pods=pods)
+    report = build_report(
+        inst, cset, coeffs, sol, ev, baselines, placements=placements, pods=pods, replays=replays or None
+    )
     write_report(args.out, report)
     return str(args.out)
 
