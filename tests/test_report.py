@@ -147,3 +147,14 @@ def test_placed_plans_get_occupancy_maps_and_placements_csv(tmp_path):
     assert len(csv) == len(plan["placements"])
     assert (out / "figures" / "pod_tpu-v6e_0.png").read_bytes().startswith(PNG)
     assert "Occupancy of tpu-v6e/0" in (out / "report.md").read_text()
+
+
+def test_trace_instances_report_replayed_slo_attainment(tmp_path):
+    out = tmp_path / "conv"
+    assert main(["plan", str(INSTANCES / "azure-conv.toml"), "--out", str(out), "--quiet"]) == 0
+    tables = md_tables((out / "report.md").read_text())
+    comp = {r["method"]: r for r in next(t for t in tables if t and "replay_slo_attainment" in t[0])}
+    for m in ("milp", "greedy"):
+        assert 0.9 <= float(comp[m]["replay_slo_attainment"]) <= 1.0
+        assert float(comp[m]["replay_tokens_per_joule"]) > 0
+    assert comp["unlimited"]["replay_slo_attainment"] == ""
