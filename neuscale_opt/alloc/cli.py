@@ -93,6 +93,15 @@ def register(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_plan)
 
+    e = sub.add_parser(
+        "evaluate",
+        help="re-check any plan JSON against an instance and account its energy, money and carbon",
+    )
+    e.add_argument("plan", help="plan JSON (from neuscale-opt plan or any producer following its contract)")
+    e.add_argument("--instance", default=None, help="instance TOML (default: the embedded default)")
+    e.add_argument("--json", default=None, metavar="PATH", help="write the evaluation as JSON ('-' = stdout)")
+    e.set_defaults(func=cmd_evaluate)
+
     m = sub.add_parser(
         "import-melange",
         help="convert a Mélange configuration (JSON) into a profile instance (TOML)",
@@ -227,6 +236,47 @@ def summary(sol: Solution, coeffs: Coefficients) -> str:
     if not ev.feasible:
         lines.append("evaluation: " + "; ".join(ev.violations))
     return "\n".join(lines) + "\n"
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Independent re-check of a plan file: exit 0 when feasible, 1 when it violates anything."""
+    import json
+
+    from neuscale_opt.alloc.solution import solution_from_dict
+
+    try:
+        data = json.loads(Path(args.plan).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("no such file", where=args.plan) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"malformed JSON: {exc}", where=args.plan) from None
+    coeffs, inst = load_plan_input(args.instance)
+    sol = solution_from_dict(data, PlanOptions.from_instance(inst), where=args.plan)
+    ref = coeffs.with_unlimited_inventory() if sol.method == "unlimited" else coeffs
+    ev = evaluate(sol, ref)
+    out = {
+        "plan": args.plan,
+        "method": sol.method,
+        "feasible": ev.feasible,
+        "violations": list(ev.violations),
+        "objective": sol.objective,
+        "objective_value": ev.objective_value,
+        "claimed_objective_value": sol.objective_value,
+        "totals": ev.totals,
+    }
+    if args.json is not None:
+        from neuscale_opt.io import write_json
+
+        write_json(out, args.json)
+    if args.json != "-":
+        verdict = "feasible" if ev.feasible else f"{len(ev.violations)} violation(s)"
+        sys.stdout.write(
+            f"{args.plan}: {verdict}; {sol.objective} = {ev.objective_value:.6g} "
+            f"(plan claims {sol.objective_value:.6g})\n"
+        )
+        for v in ev.violations[:20]:
+            sys.stdout.write(f"  {v}\n")
+    return EXIT_OK if ev.feasible else EXIT_INFEASIBLE
 
 
 def cmd_import_melange(args: argparse.Namespace) -> int:

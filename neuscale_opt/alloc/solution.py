@@ -256,3 +256,82 @@ def _stable(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_stable(v) for v in obj]
     return obj
+
+
+def solution_from_dict(d: dict[str, Any], options: PlanOptions, where: str = "plan") -> Solution:
+    """A :class:`Solution` read back from a plan JSON (this package's, or any producer's that
+    follows the contract), for the independent evaluator.
+
+    Required per allocation row: ``epoch, bucket, phase, chip, shape, chips_per_vpod, tp, pp, ep,
+    batch, n_vpods, rate_rps``; ``vpod_type``, ``config_id`` and ``vpod_group`` are derived when
+    absent (``vpod_group`` = ``config_id`` for dedicated plans, ``vpod_type`` for pooled ones). The
+    plan's ``objective``, ``variant`` and ``serving`` override ``options``.
+    """
+    from dataclasses import replace
+
+    from neuscale_opt.errors import InputError
+
+    if not isinstance(d, dict) or not isinstance(d.get("allocations"), list):
+        raise InputError("not a plan: no 'allocations' list", where=where)
+    over = {k: d[k] for k in ("objective", "variant", "serving") if isinstance(d.get(k), str)}
+    try:
+        opts = replace(options, **over)
+    except (TypeError, ValueError) as exc:
+        raise InputError(str(exc), where=where) from None
+    need = (
+        "epoch",
+        "bucket",
+        "phase",
+        "chip",
+        "shape",
+        "chips_per_vpod",
+        "tp",
+        "pp",
+        "ep",
+        "batch",
+        "n_vpods",
+        "rate_rps",
+    )
+    rows = []
+    for i, r in enumerate(d["allocations"]):
+        miss = [k for k in need if not isinstance(r, dict) or k not in r]
+        if miss:
+            raise InputError(f"allocations[{i}]: missing {', '.join(miss)}", where=where)
+        try:
+            row = {k: r[k] for k in need}
+            for k in ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods"):
+                row[k] = int(row[k])
+            row["rate_rps"] = float(row["rate_rps"])
+        except (TypeError, ValueError):
+            raise InputError(f"allocations[{i}]: a count or rate is not a number", where=where) from None
+        vt = r.get("vpod_type") or (
+            f"{row['chip']}:{row['shape']}:tp{row['tp']}pp{row['pp']}ep{row['ep']}:b{row['batch']}:{row['phase']}"
+        )
+        cid = r.get("config_id") or f"{vt}|{row['bucket']}"
+        row.update(
+            vpod_type=vt, config_id=cid, vpod_group=r.get("vpod_group") or (vt if opts.variant == "pooled" else cid)
+        )
+        rows.append(row)
+    alloc = tidy_allocations(pd.DataFrame(rows, columns=list(ALLOC_COLUMNS))) if rows else empty_allocations()
+    uns = d.get("unserved") or []
+    unserved = tidy_unserved(pd.DataFrame(uns, columns=list(UNSERVED_COLUMNS))) if uns else empty_unserved()
+    try:
+        placements = tidy_placements(list(d.get("placements") or []))
+    except (KeyError, TypeError, ValueError):
+        raise InputError("placements: rows do not follow the contract", where=where) from None
+    penalty = d.get("unserved_penalty_per_req")
+    return Solution(
+        method=str(d.get("method", "external")),
+        status=str(d.get("status", "feasible")),
+        objective=opts.objective,
+        objective_value=float(d.get("objective_value") or math.nan),
+        bound=float(d.get("bound") or math.nan),
+        gap=float(d.get("gap") or math.nan),
+        solve_seconds=float(d.get("solve_seconds") or 0.0),
+        allocations=alloc,
+        unserved=unserved,
+        totals={},
+        options=opts,
+        penalty_per_req=float(penalty if penalty is not None else (opts.unserved_penalty or 0.0)),
+        placements=placements,
+    )
