@@ -25,6 +25,7 @@ from neuscale_opt.roofline import (
     slice_wraps,
     stack_hw,
     step_cost,
+    vpod_nodes,
 )
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
@@ -42,6 +43,7 @@ class VpodKind:
     coll_bw: float
     a2a_dist: float
     wrap: bool
+    nodes: int = 1
 
     @property
     def chips(self) -> int:
@@ -94,12 +96,17 @@ def parallelisms(model: ModelSpec, chips: int) -> list[tuple[int, int, int]]:
 
 
 def vpod_kinds(model: ModelSpec, chip: ChipSpec, max_chips: int) -> list[VpodKind]:
+    """Every (slice, parallelism) of ``chip``. A GPU vPod larger than one 8-GPU node keeps tensor
+    parallelism inside a node and pipelines across nodes (pp a multiple of the node count)."""
     kinds = []
     for shape in slice_shapes(chip, max_chips):
         n = math.prod(shape)
+        nodes = vpod_nodes(chip, n)
         for tp, pp, ep in parallelisms(model, n):
+            if nodes > 1 and (tp > chip.pod_chips or pp % nodes):
+                continue
             bw, a2a, _axes, _wrap = slice_collective(chip, shape, tp)
-            kinds.append(VpodKind(chip.name, shape, tp, pp, ep, bw, a2a, slice_wraps(chip, shape)))
+            kinds.append(VpodKind(chip.name, shape, tp, pp, ep, bw, a2a, slice_wraps(chip, shape), nodes))
     return kinds
 
 
@@ -172,6 +179,7 @@ def _kinds_frame(kinds: list[VpodKind]) -> pd.DataFrame:
             "wraparound": np.array([k.wrap for k in kinds], dtype=bool),
             "coll_bw": np.array([k.coll_bw for k in kinds], dtype=float),
             "a2a_dist": np.array([k.a2a_dist for k in kinds], dtype=float),
+            "nodes": np.array([k.nodes for k in kinds], dtype=float),
         }
     )
 
@@ -229,6 +237,7 @@ def evaluate_grid(
     tp = kf["tp"].to_numpy(dtype=float)
     pp = kf["pp"].to_numpy(dtype=float)
     ep = kf["ep"].to_numpy(dtype=float)
+    nodes = kf["nodes"].to_numpy(dtype=float)
     hw_g = take(hw_k, k_idx)
 
     frames = []
@@ -244,11 +253,14 @@ def evaluate_grid(
             1.0,
             s_in[b_idx] + s_out[b_idx] / 2.0,
             mem_context=s_in[b_idx] + s_out[b_idx],
+            nodes=nodes[k_idx],
         )
     if "prefill" in want:
-        pre = step_cost(model, hw_g, tp[k_idx], pp[k_idx], ep[k_idx], B, s_in[b_idx], 0.0)
+        pre = step_cost(model, hw_g, tp[k_idx], pp[k_idx], ep[k_idx], B, s_in[b_idx], 0.0, nodes=nodes[k_idx])
     if "colocated" in want:
-        pre1_small = step_cost(model, take(hw_k, k1), tp[k1], pp[k1], ep[k1], 1.0, s_in[b1], 0.0)
+        pre1_small = step_cost(
+            model, take(hw_k, k1), tp[k1], pp[k1], ep[k1], 1.0, s_in[b1], 0.0, nodes=nodes[k1]
+        )
         # expand kind x bucket -> kind x bucket x batch
         g = k_idx * nb + b_idx
 
@@ -290,6 +302,7 @@ def evaluate_grid(
                 flops=pre1_small.flops[g] + so * dec.flops / B,
                 hbm_bytes=pre1_small.hbm_bytes[g] + so * dec.hbm_bytes / B,
                 ici_bytes=pre1_small.ici_bytes[g] + so * dec.ici_bytes / B,
+                dcn_bytes=pre1_small.dcn_bytes[g] + so * dec.dcn_bytes / B,
                 bound=np.where(dominant_prefill, pre1_small.bound[g], dec.bound),
                 mem_bytes_per_chip=np.maximum(dec.mem_bytes_per_chip, pre1_small.mem_bytes_per_chip[g]),
                 busy_s_per_req=busy,
@@ -309,6 +322,7 @@ def evaluate_grid(
                 flops=pre.flops / B,
                 hbm_bytes=pre.hbm_bytes / B,
                 ici_bytes=pre.ici_bytes / B,
+                dcn_bytes=pre.dcn_bytes / B,
                 bound=pre.bound,
                 mem_bytes_per_chip=pre.mem_bytes_per_chip,
                 busy_s_per_req=pre.t_stage_s / B,
@@ -328,6 +342,7 @@ def evaluate_grid(
                 flops=so * dec.flops / B,
                 hbm_bytes=so * dec.hbm_bytes / B,
                 ici_bytes=so * dec.ici_bytes / B,
+                dcn_bytes=so * dec.dcn_bytes / B,
                 bound=dec.bound,
                 mem_bytes_per_chip=dec.mem_bytes_per_chip,
                 busy_s_per_req=so * dec.t_stage_s / B,
@@ -473,29 +488,33 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
 def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> pd.DataFrame:
     """Single-request (batch 1) TTFT, TPOT and e2e of each class on the SLO reference configuration:
     the named ``reference_shape`` of ``reference_chip``, or its smallest slice that holds the model
-    at the longest class context, with tp = all its chips and pp = 1."""
+    at the longest class context, with tp = all its chips and pp = 1 (a GPU vPod of several nodes:
+    tp = one node, pp = the nodes)."""
     chip = get_chip(inst.slo.reference_chip, where="slo.reference_chip")
     ctx = chip_context(inst, chip.name)
     if inst.slo.reference_shape is not None:
         shape = tuple(int(x) for x in inst.slo.reference_shape.split("x"))
         shapes = [shape]
     else:
-        shapes = slice_shapes(chip, chip.pod_chips)
+        shapes = slice_shapes(chip, chip.pod_chips * (4 if chip.topology == "switched" else 1))
     max_ctx = float((buckets["input_tokens"] + buckets["output_tokens"]).max())
     for shape in shapes:
         n = math.prod(shape)
-        par = [p for p in parallelisms(model, n) if p[1] == 1 and p[2] == 1]
+        nodes = vpod_nodes(chip, n)
+        par = [p for p in parallelisms(model, n) if p[1] == nodes and p[2] == 1 and p[0] * nodes == n]
         if not par:
             continue
-        tp = par[-1][0]
+        tp, pp = par[-1][0], nodes
         bw, a2a, _, _ = slice_collective(chip, shape, tp)
         hw = replace(ctx.hw, coll_bw=np.float64(bw), a2a_dist=np.float64(a2a))
         s_in = buckets["input_tokens"].to_numpy(dtype=float)
         s_out = buckets["output_tokens"].to_numpy(dtype=float)
-        dec = step_cost(model, hw, tp, 1, 1, 1.0, 1.0, s_in + s_out / 2.0, mem_context=np.full_like(s_in, max_ctx))
+        dec = step_cost(
+            model, hw, tp, pp, 1, 1.0, 1.0, s_in + s_out / 2.0, mem_context=np.full_like(s_in, max_ctx), nodes=nodes
+        )
         if not bool(np.all(dec.mem_bytes_per_chip <= hw.hbm_cap)):
             continue
-        pre = step_cost(model, hw, tp, 1, 1, 1.0, s_in, 0.0)
+        pre = step_cost(model, hw, tp, pp, 1, 1.0, s_in, 0.0, nodes=nodes)
         out = pd.DataFrame(
             {
                 "bucket": buckets["bucket"].to_numpy(),
@@ -504,7 +523,7 @@ def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame)
                 "ref_e2e_s": pre.latency_s + s_out * dec.latency_s,
             }
         )
-        out.attrs["reference"] = f"{chip.name}:{'x'.join(map(str, shape))}:tp{tp}"
+        out.attrs["reference"] = f"{chip.name}:{'x'.join(map(str, shape))}:tp{tp}" + (f"pp{pp}" if pp > 1 else "")
         return out
     raise InputError(
         f"no slice of {chip.name} holds {model.name} for the SLO reference; choose another reference_chip",

@@ -13,7 +13,7 @@ from neuscale_opt.catalog import ENERGY_PROFILES, catalog_frames, energy_spec, g
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import load_instance
 from neuscale_opt.io import write_csv, write_json
-from neuscale_opt.roofline import BOUNDS, chip_rooflines, hw_rows_for, slice_collective, step_cost
+from neuscale_opt.roofline import BOUNDS, chip_rooflines, hw_rows_for, slice_collective, step_cost, vpod_nodes
 
 CANDIDATE_COLUMNS = [
     "config_id",
@@ -184,8 +184,15 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     es = energy_spec(chip, args.profile)
     hw = hw_rows_for(chip, es, bw, a2a)
     B = float(args.batch)
+    nodes = vpod_nodes(chip, args.chips)
+    if nodes > 1 and (tp > chip.pod_chips or args.pp % nodes):
+        raise InputError(
+            f"{args.chips} {chip.name} span {nodes} nodes: tp must stay within a node of {chip.pod_chips} "
+            f"and pp be a multiple of {nodes}",
+            where="--tp",
+        )
     if args.phase == "prefill":
-        sc = step_cost(model, hw, tp, args.pp, args.ep, B, float(args.seq_len), 0.0)
+        sc = step_cost(model, hw, tp, args.pp, args.ep, B, float(args.seq_len), 0.0, nodes=nodes)
         tokens = B * args.seq_len
     else:
         sc = step_cost(
@@ -198,6 +205,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
             1.0,
             float(args.seq_len),
             mem_context=float(args.seq_len + args.output_len),
+            nodes=nodes,
         )
         tokens = B
     latency = float(sc.latency_s)
@@ -232,6 +240,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         "flops": float(sc.flops),
         "hbm_bytes": float(sc.hbm_bytes),
         "ici_bytes": float(sc.ici_bytes),
+        "dcn_bytes": float(sc.dcn_bytes),
+        "nodes": nodes,
     }
     write_json(res, args.json)
     return 0

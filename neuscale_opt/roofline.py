@@ -25,7 +25,7 @@ class HwRows:
     peak_flops: np.ndarray  # FLOP/s per chip
     hbm_bw: np.ndarray  # B/s per chip
     hbm_cap: np.ndarray  # B per chip (usable)
-    link_bw: np.ndarray  # B/s, one ICI link, one direction
+    link_bw: np.ndarray  # B/s, one direction, chip to next pipeline stage (one ICI link; NVLink: all)
     coll_bw: np.ndarray  # B/s per chip available to the TP collective (links x directions)
     a2a_dist: np.ndarray  # mean ring distance factor of an all-to-all (>= 1)
     eff_c: np.ndarray
@@ -35,6 +35,8 @@ class HwRows:
     j_hbm: np.ndarray
     j_ici: np.ndarray
     static_w: np.ndarray  # W per chip
+    dcn_bw: np.ndarray | float = np.inf  # B/s per chip of data-centre network (between nodes/pods)
+    j_dcn: np.ndarray | float = 0.0  # J per DCN byte
     hop_s: float = 1e-6
 
 
@@ -53,6 +55,7 @@ class StepCost:
     bound: np.ndarray  # 0 compute, 1 hbm, 2 ici
     energy_dyn_j: np.ndarray  # whole vPod, dynamic (R10)
     mem_bytes_per_chip: np.ndarray  # weights + KV + activation workspace (R11)
+    dcn_bytes: np.ndarray  # whole vPod: pipeline hand-offs between nodes (R9)
 
 
 def hw_rows_for(
@@ -71,7 +74,7 @@ def hw_rows_for(
         peak_flops=f(chip.peak_flops),
         hbm_bw=f(chip.hbm_bytes_per_s),
         hbm_cap=f(chip.hbm_bytes * hbm_usable_fraction),
-        link_bw=f(chip.ici_link_bytes_per_s),
+        link_bw=f(chip.ici_link_bytes_per_s * (chip.ici_links if chip.topology == "switched" else 1)),
         coll_bw=np.asarray(coll_bw, dtype=float),
         a2a_dist=np.asarray(a2a_dist, dtype=float),
         eff_c=f(ec),
@@ -81,6 +84,8 @@ def hw_rows_for(
         j_hbm=f(energy.j_per_hbm_byte),
         j_ici=f(energy.j_per_ici_byte),
         static_w=f(energy.static_w),
+        dcn_bw=f(chip.dcn_bytes_per_s),
+        j_dcn=f(energy.j_per_ici_byte),
         hop_s=hop_s,
     )
 
@@ -111,11 +116,14 @@ def step_cost(
     past_tokens: np.ndarray,
     mem_context: np.ndarray | None = None,
     moe_imbalance: float | None = None,
+    nodes: np.ndarray | float = 1.0,
 ) -> StepCost:
     """Roofline cost of one step for every row (equations R1-R11 of the spec).
 
     ``mem_context`` is the context length the KV cache must hold for the memory check (defaults to
-    ``past_tokens + new_tokens``). Arrays broadcast against each other.
+    ``past_tokens + new_tokens``). ``nodes`` is the number of ICI/NVLink domains the vPod spans
+    (switched GPU vPods of several 8-GPU nodes): tensor parallelism stays inside a node and
+    ``nodes - 1`` of the pipeline hand-offs cross the data-centre network. Arrays broadcast.
     """
     tp = np.asarray(tp, dtype=float)
     pp = np.asarray(pp, dtype=float)
@@ -188,10 +196,17 @@ def step_cost(
         )
     ici_chip = n_ar * ar_bytes_chip + n_a2a * a2a_bytes_chip
     t_ici = n_ar * t_ar + n_a2a * t_a2a
-    # Pipeline hand-offs between stages: B*T*D activations over one link.
+    # Pipeline hand-offs between stages: B*T*D activations, each of the stage's tp chips sending its
+    # 1/tp share over one link to its peer; the hand-offs between nodes go over the DCN (one NIC
+    # per chip).
     p2p_bytes = v_ar
-    t_p2p = np.where(pp > 1, np.maximum(hw.hop_s, p2p_bytes / (hw.link_bw * hw.eff_i)), 0.0)
-    ici_total = ici_chip * chips + (pp - 1.0) * p2p_bytes
+    dcn_hops = np.minimum(np.maximum(np.asarray(nodes, dtype=float) - 1.0, 0.0), np.maximum(pp - 1.0, 0.0))
+    ici_hops = np.maximum(pp - 1.0 - dcn_hops, 0.0)
+    t_p2p = np.where(pp > 1, np.maximum(hw.hop_s, p2p_bytes / (hw.link_bw * tp * hw.eff_i)), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_dcn = np.where(dcn_hops > 0, np.maximum(hw.hop_s, p2p_bytes / (np.asarray(hw.dcn_bw) * tp)), 0.0)
+    ici_total = ici_chip * chips + ici_hops * p2p_bytes
+    dcn_total = dcn_hops * p2p_bytes
 
     # R8 roofs per stage and the binding one.
     t_c = flops_chip / (hw.peak_flops * hw.eff_c)
@@ -200,9 +215,9 @@ def step_cost(
     t_stage = roofs.max(axis=0)
     bound = roofs.argmax(axis=0)
     # R9 latency of the step through all pp stages.
-    latency = pp * t_stage + (pp - 1.0) * t_p2p
+    latency = pp * t_stage + ici_hops * t_p2p + dcn_hops * t_dcn
     # R10 dynamic energy of the step, whole vPod.
-    e_dyn = flops * hw.j_flop + hbm_total * hw.j_hbm + ici_total * hw.j_ici
+    e_dyn = flops * hw.j_flop + hbm_total * hw.j_hbm + ici_total * hw.j_ici + dcn_total * hw.j_dcn
     # R11 memory per chip: stored weights + KV of all B*pp sequences in flight at mem_context + the
     # live activations of one layer.
     ctx = (P + T) if mem_context is None else np.asarray(mem_context, dtype=float)
@@ -222,6 +237,7 @@ def step_cost(
         bound=bound,
         energy_dyn_j=np.broadcast_to(e_dyn, t_stage.shape),
         mem_bytes_per_chip=np.broadcast_to(mem, t_stage.shape),
+        dcn_bytes=np.broadcast_to(dcn_total, t_stage.shape),
     )
 
 
@@ -256,6 +272,14 @@ def slice_collective(chip: ChipSpec, shape: tuple[int, ...], tp: int) -> tuple[f
     ring = max(shape[i] for i in used)
     a2a = max(1.0, ring / (4.0 if wrap else 2.0))
     return link * len(used) * dirs, a2a, len(used), wrap
+
+
+def vpod_nodes(chip: ChipSpec, chips: int) -> int:
+    """ICI/NVLink domains a vPod of ``chips`` chips spans: several 8-GPU nodes for switched GPUs
+    beyond one node; a TPU slice always lies in one pod."""
+    if chip.topology == "switched":
+        return max(1, -(-chips // chip.pod_chips))
+    return 1
 
 
 def axis_wraps(chip: ChipSpec, shape: tuple[int, ...], axis: int) -> bool:

@@ -126,3 +126,23 @@ def test_classes_beyond_the_context_window_are_noted():
     cs = candidates(load_instance(INSTANCES / "default.toml"))
     assert any("s8192-inf" in n and "8192-token context" in n for n in cs.notes)
     assert candidates(load_instance(INSTANCES / "small.toml")).notes == ()
+
+
+def test_gpu_vpods_beyond_a_node_pipeline_over_the_dcn():
+    inst = parse_instance(
+        {
+            "model": {"name": "Llama-3.1-405B"},
+            "fleet": [{"chip": "nvidia-h100", "chips": 64}],
+            "workload": {
+                "classes": [{"name": "a", "input_tokens": 1000, "output_tokens": 200}],
+                "demand": [{"epoch": 0, "bucket": "a", "rate_rps": 1.0}],
+            },
+            "slo": {"reference_chip": "nvidia-h100"},
+        }
+    )
+    t = candidates(inst).table
+    fits = t[t["memory_ok"]]
+    assert len(fits) and (fits["chips_per_vpod"] >= 16).all()
+    multi = t[t["chips_per_vpod"] > 8]
+    assert (multi["tp"] <= 8).all() and (multi["pp"] % (multi["chips_per_vpod"] // 8) == 0).all()
+    assert (multi["dcn_bytes"] > 0).all() and (t.loc[t["chips_per_vpod"] <= 8, "dcn_bytes"] == 0).all()

@@ -151,3 +151,23 @@ def test_three_rooflines_and_ridges_by_hand():
     # at the energy ridge the two energy terms are equal: half the peak FLOP/J
     e = roofline_curves(r, np.array([r["ridge_energy_flop_per_byte"]]))["flop_per_j"][0]
     assert e == pytest.approx(r["peak_flop_per_j"] / 2)
+
+
+def test_multi_node_gpu_vpods_hand_off_over_the_dcn():
+    from neuscale_opt.roofline import vpod_nodes
+
+    h100 = get_chip("nvidia-h100")
+    assert vpod_nodes(h100, 8) == 1 and vpod_nodes(h100, 16) == 2 and vpod_nodes(get_chip("tpu-v5p"), 4096) == 1
+    m = get_model("Llama-3.1-405B")
+    h = hw("nvidia-h100", (8,), 8)
+    one = step_cost(m, h, 8, 2, 1, 8, 1, 4096)
+    two = step_cost(m, h, 8, 2, 1, 8, 1, 4096, nodes=2)
+    v = 8 * 16384 * 2  # B*T*D bf16 activations handed from stage 1 to stage 2
+    assert float(one.dcn_bytes) == 0.0 and float(two.dcn_bytes) == v
+    assert float(two.ici_bytes) == pytest.approx(float(one.ici_bytes) - v)
+    t_dcn = max(1e-6, v / (400e9 / 8 * 8))  # 400 Gb/s per GPU, 8 GPUs of the stage
+    t_ici = max(1e-6, v / (8 * 18 * 25e9))  # NVLink through the switch, 1/8 of the activations per GPU
+    assert float(two.latency_s - one.latency_s) == pytest.approx(t_dcn - t_ici)
+    # 405B in bf16 (811 GB) does not fit one 8 x 80 GiB node but fits two
+    assert float(step_cost(m, h, 8, 1, 1, 1, 1, 1).mem_bytes_per_chip) > float(h.hbm_cap)
+    assert float(two.mem_bytes_per_chip) < float(h.hbm_cap)

@@ -38,7 +38,7 @@ from neuscale_opt.candidates import chip_context, effective_model
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.instance import Instance
 from neuscale_opt.replay.plan import VpodType
-from neuscale_opt.roofline import slice_collective, step_cost
+from neuscale_opt.roofline import slice_collective, step_cost, vpod_nodes
 
 P_PROBE = 65536.0  # second context at which the affine coefficients are read (tokens)
 
@@ -82,15 +82,16 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
     n = np.arange(1, vt.slots + 1, dtype=np.float64)
     b = np.ceil(n / pp)
     q = np.ceil(n / b)
-    lo = step_cost(model, hw, tp, pp, ep, b, 1.0, 0.0)
-    hi = step_cost(model, hw, tp, pp, ep, b, 1.0, P_PROBE)
+    nodes = vpod_nodes(get_chip(vt.chip), vt.tp * vt.pp)
+    lo = step_cost(model, hw, tp, pp, ep, b, 1.0, 0.0, nodes=nodes)
+    hi = step_cost(model, hw, tp, pp, ep, b, 1.0, P_PROBE, nodes=nodes)
 
     def pad(a: np.ndarray) -> list[float]:
         return [math.nan, *np.broadcast_to(np.asarray(a, dtype=np.float64), n.shape).tolist()]
 
     p2p = lo.latency_s - pp * lo.t_stage_s
     s = np.arange(0, max(int(max_input), 0) + 1, dtype=np.float64)
-    pre = step_cost(model, hw, tp, pp, ep, 1.0, s, 0.0)
+    pre = step_cost(model, hw, tp, pp, ep, 1.0, s, 0.0, nodes=nodes)
     chips = float(vt.chips)
     return StepTable(
         vtype=vt,
