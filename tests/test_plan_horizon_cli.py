@@ -40,3 +40,19 @@ def test_serving_mode_can_be_chosen_per_plan(capsys):
     plan = json.loads(capsys.readouterr().out)
     assert code == 0 and plan["serving"] == "disaggregated"
     assert {r["phase"] for r in plan["allocations"]} == {"prefill", "decode"}
+
+
+def test_evaluate_checks_the_coupling_rules_of_a_horizon_plan(tmp_path, capsys):
+    inst = str(INSTANCES / "azure-conv.toml")
+    plan_path = tmp_path / "h.json"
+    assert main(["plan", inst, "--window", "3", "--json", str(plan_path), "--quiet"]) == 0
+    assert main(["evaluate", str(plan_path), "--instance", inst]) == 0
+    d = json.loads(plan_path.read_text())
+    row = next(r for r in d["allocations"] if r["epoch"] == 5)
+    row["n_vpods"] *= 6  # six times the vPods of the previous epoch: beyond the 2x growth rule
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(d))
+    capsys.readouterr()
+    assert main(["evaluate", str(bad), "--instance", inst, "--json", "-"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert any("grows from" in v and "limit 2 x" in v for v in out["violations"])

@@ -253,7 +253,29 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     coeffs, inst = load_plan_input(args.instance)
     sol = solution_from_dict(data, PlanOptions.from_instance(inst), where=args.plan)
     ref = coeffs.with_unlimited_inventory() if sol.method == "unlimited" else coeffs
-    ev = evaluate(sol, ref)
+    schedule = [e for e in data.get("epochs") or [] if isinstance(e, dict) and "forecast_rps" in e]
+    from neuscale_opt.instance import Instance
+
+    if schedule and isinstance(inst, Instance):
+        # a horizon plan: covered demand is what it planned for (its forecasts), and the coupling
+        # rules (growth, shrink, inventory over time) are checked by the schedule evaluator
+        import pandas as pd
+
+        from neuscale_opt.horizon import HorizonParams, evaluate_schedule, instance_inventory
+
+        planned = pd.DataFrame(
+            [(int(e["epoch"]), str(b), float(v)) for e in schedule for b, v in sorted(e["forecast_rps"].items())],
+            columns=["epoch", "bucket", "rate_rps"],
+        )
+        ev = evaluate_schedule(
+            sol,
+            coeffs,
+            HorizonParams.from_instance(inst),
+            demand=planned,
+            inventory=instance_inventory(coeffs, inst.inventory_events),
+        )
+    else:
+        ev = evaluate(sol, ref)
     out = {
         "plan": args.plan,
         "method": sol.method,
