@@ -56,3 +56,11 @@ def test_evaluate_checks_the_coupling_rules_of_a_horizon_plan(tmp_path, capsys):
     assert main(["evaluate", str(bad), "--instance", inst, "--json", "-"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert any("grows from" in v and "limit 2 x" in v for v in out["violations"])
+
+
+def test_reports_of_horizon_plans_evaluate_them_as_schedules(tmp_path):
+    out = tmp_path / "rep"
+    assert main(["plan", str(INSTANCES / "azure-conv.toml"), "--window", "3", "--out", str(out), "--quiet"]) == 0
+    text = (out / "report.md").read_text()
+    assert "Independent evaluation: feasible" in text
+    assert json.loads((out / "plan.json").read_text())["epochs"][3]["forecast_rps"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 from neuscale_opt.alloc.evaluate import evaluate
@@ -158,7 +159,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json is not None:
         emit(sol.to_json(), args.json)
     if args.json != "-":
-        sys.stdout.write(summary(sol, coeffs))
+        sys.stdout.write(summary(sol, coeffs, inst))
     if args.out is not None and sol.has_plan:
         written = write_plan_report(args, inst, coeffs, options, sol)
         if args.json != "-":
@@ -167,6 +168,32 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"neuscale-opt: infeasible: {sol.diagnosis}", file=sys.stderr)
         return EXIT_INFEASIBLE
     return EXIT_OK
+
+
+def evaluate_any(sol: Solution, coeffs: Coefficients, inst) -> object:
+    """The independent evaluation fit for the plan: a horizon plan (epoch summaries with the demand
+    it planned for) is re-checked as a schedule, with the coupling rules and its planned demand;
+    any other plan epoch by epoch against the instance's demand (``unlimited``: without inventory)."""
+    from neuscale_opt.instance import Instance
+
+    schedule = [e for e in sol.epochs if isinstance(e, dict) and "forecast_rps" in e]
+    if schedule and isinstance(inst, Instance):
+        import pandas as pd
+
+        from neuscale_opt.horizon import HorizonParams, evaluate_schedule, instance_inventory
+
+        planned = pd.DataFrame(
+            [(int(e["epoch"]), str(b), float(v)) for e in schedule for b, v in sorted(e["forecast_rps"].items())],
+            columns=["epoch", "bucket", "rate_rps"],
+        )
+        return evaluate_schedule(
+            sol,
+            coeffs,
+            HorizonParams.from_instance(inst),
+            demand=planned,
+            inventory=instance_inventory(coeffs, inst.inventory_events),
+        )
+    return evaluate(sol, coeffs.with_unlimited_inventory() if sol.method == "unlimited" else coeffs)
 
 
 def write_plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: PlanOptions, sol: Solution) -> str:
@@ -182,7 +209,7 @@ def write_plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, opti
             ref = coeffs.with_unlimited_inventory() if name == "unlimited" else coeffs
             baselines[name] = (b, evaluate(b, ref) if b.has_plan else None)
             bar.update(1)
-    ev = evaluate(sol, coeffs.with_unlimited_inventory() if sol.method == "unlimited" else coeffs)
+    ev = evaluate_any(sol, coeffs, inst)
     cset = None
     from neuscale_opt.instance import Instance
 
@@ -208,7 +235,7 @@ def write_plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, opti
     return str(args.out)
 
 
-def summary(sol: Solution, coeffs: Coefficients) -> str:
+def summary(sol: Solution, coeffs: Coefficients, inst=None) -> str:
     """A short human-readable report of a plan."""
     lines = [f"method {sol.method} ({sol.options.variant}, {sol.options.serving}): {sol.status}"]
     if not sol.has_plan:
@@ -227,7 +254,7 @@ def summary(sol: Solution, coeffs: Coefficients) -> str:
     cols = ["epoch", "bucket", "phase", "chip", "shape", "chips_per_vpod", "n_vpods", "rate_rps"]
     if len(sol.allocations):
         lines.append(sol.allocations[cols].to_string(index=False))
-    ev = evaluate(sol, coeffs if sol.method != "unlimited" else coeffs.with_unlimited_inventory())
+    ev = evaluate_any(sol, coeffs, inst)
     placed = len(sol.placements) if getattr(sol, "placements", None) is not None else 0
     line = f"placement: {ev.totals.get('placement', 'not applicable')}, {placed} vPods placed"
     if getattr(ev, "unplaced", ()):
@@ -252,30 +279,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise InputError(f"malformed JSON: {exc}", where=args.plan) from None
     coeffs, inst = load_plan_input(args.instance)
     sol = solution_from_dict(data, PlanOptions.from_instance(inst), where=args.plan)
-    ref = coeffs.with_unlimited_inventory() if sol.method == "unlimited" else coeffs
-    schedule = [e for e in data.get("epochs") or [] if isinstance(e, dict) and "forecast_rps" in e]
-    from neuscale_opt.instance import Instance
-
-    if schedule and isinstance(inst, Instance):
-        # a horizon plan: covered demand is what it planned for (its forecasts), and the coupling
-        # rules (growth, shrink, inventory over time) are checked by the schedule evaluator
-        import pandas as pd
-
-        from neuscale_opt.horizon import HorizonParams, evaluate_schedule, instance_inventory
-
-        planned = pd.DataFrame(
-            [(int(e["epoch"]), str(b), float(v)) for e in schedule for b, v in sorted(e["forecast_rps"].items())],
-            columns=["epoch", "bucket", "rate_rps"],
-        )
-        ev = evaluate_schedule(
-            sol,
-            coeffs,
-            HorizonParams.from_instance(inst),
-            demand=planned,
-            inventory=instance_inventory(coeffs, inst.inventory_events),
-        )
-    else:
-        ev = evaluate(sol, ref)
+    sol = replace(sol, epochs=tuple(e for e in data.get("epochs") or [] if isinstance(e, dict)))
+    ev = evaluate_any(sol, coeffs, inst)
     out = {
         "plan": args.plan,
         "method": sol.method,
