@@ -83,6 +83,9 @@ ALLOC_COLUMNS: tuple[str, ...] = (
     "n_vpods",
     "rate_rps",
 )
+#: Allocation columns a plan file must give; ``vpod_type``, ``config_id`` and ``vpod_group`` can be
+#: derived from them (:func:`solution_from_dict`).
+PLAN_ROW_FIELDS: tuple[str, ...] = tuple(c for c in ALLOC_COLUMNS if c not in ("vpod_type", "config_id", "vpod_group"))
 UNSERVED_COLUMNS: tuple[str, ...] = ("epoch", "bucket", "unserved_rps")
 ALLOC_SORT: list[str] = ["epoch", "vpod_group", "bucket", "phase", "config_id"]
 PLACEMENT_COLUMNS: tuple[str, ...] = (
@@ -278,20 +281,7 @@ def solution_from_dict(d: dict[str, Any], options: PlanOptions, where: str = "pl
         opts = replace(options, **over)
     except (TypeError, ValueError) as exc:
         raise InputError(str(exc), where=where) from None
-    need = (
-        "epoch",
-        "bucket",
-        "phase",
-        "chip",
-        "shape",
-        "chips_per_vpod",
-        "tp",
-        "pp",
-        "ep",
-        "batch",
-        "n_vpods",
-        "rate_rps",
-    )
+    need = PLAN_ROW_FIELDS
     rows = []
     for i, r in enumerate(d["allocations"]):
         miss = [k for k in need if not isinstance(r, dict) or k not in r]

@@ -36,23 +36,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from neuscale_opt.alloc.solution import PLAN_ROW_FIELDS
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import Instance
 
-REQUIRED_FIELDS: tuple[str, ...] = (
-    "epoch",
-    "bucket",
-    "phase",
-    "chip",
-    "shape",
-    "chips_per_vpod",
-    "tp",
-    "pp",
-    "ep",
-    "batch",
-    "n_vpods",
-)
+REQUIRED_FIELDS: tuple[str, ...] = tuple(f for f in PLAN_ROW_FIELDS if f != "rate_rps")
 INT_FIELDS: tuple[str, ...] = ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods")
 POSITIVE_FIELDS: tuple[str, ...] = ("chips_per_vpod", "tp", "pp", "ep", "batch")
 TYPE_FIELDS: tuple[str, ...] = ("chip", "shape", "tp", "pp", "ep", "batch", "phase")
