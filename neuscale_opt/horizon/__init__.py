@@ -9,32 +9,33 @@ window, no Pyomo), ``model`` (the Pyomo model, one ``add_<ID>`` builder per cons
 
 from __future__ import annotations
 
-from neuscale_opt.horizon.autoscaler import (
-    fleet_total_inventory,
-    homogeneous_autoscaler,
-    homogeneous_each,
-    neuscale_autoscaler,
-)
-from neuscale_opt.horizon.evaluate import ScheduleEvaluation, evaluate_schedule
-from neuscale_opt.horizon.params import HorizonParams, inventory_schedule
-from neuscale_opt.horizon.plan import DEFAULT_WINDOW, HORIZON_METHODS, plan_horizon, uses_horizon
-from neuscale_opt.horizon.rolling import forecast_window, instance_inventory, plan_full, plan_rolling
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "DEFAULT_WINDOW",
-    "HORIZON_METHODS",
-    "HorizonParams",
-    "ScheduleEvaluation",
-    "evaluate_schedule",
-    "fleet_total_inventory",
-    "forecast_window",
-    "homogeneous_autoscaler",
-    "homogeneous_each",
-    "instance_inventory",
-    "inventory_schedule",
-    "neuscale_autoscaler",
-    "plan_full",
-    "plan_horizon",
-    "plan_rolling",
-    "uses_horizon",
-]
+# Lazy exports: importing ``neuscale_opt.horizon.evaluate`` (the independent schedule evaluator)
+# must not pull in Pyomo through the model modules.
+_EXPORTS = {
+    "DEFAULT_WINDOW": "plan",
+    "HORIZON_METHODS": "plan",
+    "HorizonParams": "params",
+    "ScheduleEvaluation": "evaluate",
+    "evaluate_schedule": "evaluate",
+    "fleet_total_inventory": "autoscaler",
+    "forecast_window": "rolling",
+    "homogeneous_autoscaler": "autoscaler",
+    "homogeneous_each": "autoscaler",
+    "instance_inventory": "rolling",
+    "inventory_schedule": "params",
+    "neuscale_autoscaler": "autoscaler",
+    "plan_full": "rolling",
+    "plan_horizon": "plan",
+    "plan_rolling": "rolling",
+    "uses_horizon": "plan",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(f"neuscale_opt.horizon.{_EXPORTS[name]}"), name)
+    raise AttributeError(name)
