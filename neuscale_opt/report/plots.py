@@ -83,6 +83,14 @@ def vpods_over_epochs(alloc: pd.DataFrame, epochs: list[int]) -> bytes:
     return to_png(fig)
 
 
+def _no_minor_labels(ax) -> None:
+    """Log axes: label decades only (minor-tick labels overlap on narrow panels)."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def _integer_epochs(ax) -> None:
     from matplotlib.ticker import MaxNLocator
 
@@ -148,6 +156,7 @@ def pareto_candidates(table: pd.DataFrame, chosen: set[str], phase: str = "coloc
             ax.scatter(ch["latency_s"], ch["energy_j_per_req"], s=120, marker="*", color="black", label="chosen")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        _no_minor_labels(ax)
         ax.set_title(f"{b}", fontsize=9)
         ax.set_xlabel("latency (s)", fontsize=8)
         ax.set_ylabel("energy per request (J)", fontsize=8)
