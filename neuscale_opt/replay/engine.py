@@ -28,6 +28,17 @@ Lifecycle: a vPod is *held* (chip-hours, static power) from its creation at an e
 the end of its drain. Retired vPods stop admitting, finish their batch and queue, then are
 released; a vPod still draining when its group grows again is taken back before a new one is
 created; a vPod retired before it was ready is released at once.
+
+Disaggregated serving (groups of prefill and of decode vPods): an arrival joins a prefill vPod
+(same routing). A prefill vPod at an iteration boundary takes up to ``batch`` prompts of its FIFO
+queue into one step (ragged batch, :meth:`StepTable.prefill_batch`); it is occupied for the step's
+``t_stage`` and the prompts are done at its latency (**hand-off** event). Each then picks the
+least-loaded ready decode vPod of its class (or waits in the class's decode queue until one is
+ready) and its KV cache (``S_in x kv_bytes_per_token``) crosses the DCN in ``kv / min(BW_prefill,
+BW_decode)``; the first token counts as delivered when the transfer ends (**join** event), and the
+sequence joins the decode vPod's queue. A decode vPod admits queued sequences into its batch at
+each round boundary while fewer than ``slots`` decode (no prefill stall) and decodes as above. A
+vPod is released only when no hand-off it sends or receives is pending.
 """
 
 from __future__ import annotations
@@ -42,14 +53,17 @@ import numpy as np
 
 from neuscale_opt.replay.tables import StepTable
 
-K_READY, K_PREFILL, K_DECODE = 0, 1, 2
+K_READY, K_PREFILL, K_DECODE, K_HANDOFF, K_JOIN = 0, 1, 2, 3, 4
 IDLE, PREFILLING, DECODING = 0, 1, 2
+PH_COLOCATED, PH_PREFILL, PH_DECODE = 0, 1, 2
+PHASE_CODE = {"colocated": PH_COLOCATED, "prefill": PH_PREFILL, "decode": PH_DECODE}
 
 
 class _Vpod:
     __slots__ = (
         "vid", "group", "tab", "slots", "ready", "retired", "queue", "load", "n_act", "fin", "D", "base",
         "state", "t0", "tau", "k", "pm0", "ver", "rid", "cut", "held_from", "held_to", "busy_s", "work_s", "energy_j",
+        "phase", "inflight", "kv_j",
     )  # fmt: skip
 
     def __init__(self, vid: int, group: _Group, t: float) -> None:
@@ -78,10 +92,13 @@ class _Vpod:
         self.busy_s = 0.0  # s executing (prefill or decode)
         self.work_s = 0.0  # s of slot-weighted work: prefill time + decode time x n / slots
         self.energy_j = 0.0
+        self.phase = group.phase
+        self.inflight = 0  # KV hand-offs pending: prefilled, not yet sent (prefill) / in transit (decode)
+        self.kv_j = 0.0  # J of DCN energy of KV hand-offs (already in energy_j)
 
 
 class _Group:
-    __slots__ = ("key", "type_index", "tab", "inv_slots", "live", "ready", "draining", "buckets")
+    __slots__ = ("key", "type_index", "tab", "inv_slots", "live", "ready", "draining", "buckets", "phase")
 
     def __init__(self, key: str, type_index: int, tab: StepTable) -> None:
         self.key = key
@@ -92,6 +109,7 @@ class _Group:
         self.ready: list[_Vpod] = []  # ready and admitting, by vid
         self.draining: list[_Vpod] = []  # retired, still working
         self.buckets: tuple[int, ...] = ()
+        self.phase = PHASE_CODE[tab.vtype.phase]
 
 
 @dataclass(frozen=True)
@@ -120,6 +138,9 @@ class EngineResult:
     work_s: np.ndarray
     energy_dyn_j: np.ndarray
     events: int
+    decode_vpod: np.ndarray  # disaggregated: decode vPod id (-1 = colocated or never decoded)
+    kv_transfer_s: np.ndarray  # disaggregated: KV hand-off time (NaN otherwise)
+    energy_kv_j: np.ndarray  # per vPod: DCN energy of KV hand-offs (part of energy_dyn_j)
 
 
 def run(
@@ -143,12 +164,17 @@ def run(
     first = [nan] * n_req
     finish = [nan] * n_req
     where = [-1] * n_req
+    where_dec = [-1] * n_req
+    xfer = [nan] * n_req
+    handoffs: list[list[int] | None] = []
     heap: list[tuple[float, int, int, int, int]] = []
     seq = 0
     vpods: list[_Vpod] = []
     groups: dict[str, _Group] = {}
-    route: list[list[_Group]] = [[] for _ in range(n_buckets)]
+    route: list[list[_Group]] = [[] for _ in range(n_buckets)]  # colocated / prefill groups
+    droute: list[list[_Group]] = [[] for _ in range(n_buckets)]  # decode groups
     pending: list[deque[int]] = [deque() for _ in range(n_buckets)]
+    dpending: list[deque[int]] = [deque() for _ in range(n_buckets)]  # prefilled, waiting for a decode vPod
     push = heapq.heappush
     pop = heapq.heappop
     ceil = math.ceil
@@ -164,7 +190,39 @@ def run(
         """``v`` is at an iteration boundary at ``t``: prefill, decode or idle."""
         nonlocal seq
         tab = v.tab
-        if v.queue and v.n_act < v.slots:
+        ph = v.phase
+        if ph == PH_PREFILL:
+            q = v.queue
+            if q:
+                rids = [q.popleft() for _ in range(min(len(q), tab.vtype.batch))]
+                stall, lat, e = tab.prefill_batch([s_in[r] for r in rids])
+                for r in rids:
+                    start[r] = t
+                v.energy_j += e
+                v.busy_s += stall
+                v.work_s += stall * len(rids) / tab.vtype.batch
+                v.state = PREFILLING
+                v.inflight += len(rids)
+                v.ver += 1
+                seq += 1
+                push(heap, (t + stall, seq, v.vid, v.ver, K_PREFILL))
+                seq += 1
+                push(heap, (t + lat, seq, v.vid, len(handoffs), K_HANDOFF))
+                handoffs.append(rids)
+            else:
+                v.state = IDLE
+                if v.retired and not v.inflight:
+                    release(v, t)
+            return
+        if ph == PH_DECODE:
+            q = v.queue
+            while q and v.n_act < v.slots:
+                rid = q.popleft()
+                d = v.D
+                heapq.heappush(v.fin, (d + s_out[rid], rid))
+                v.base += s_in[rid] - d
+                v.n_act += 1
+        if ph == PH_COLOCATED and v.queue and v.n_act < v.slots:
             rid = v.queue.popleft()
             s = s_in[rid]
             stall = tab.pre_stall[s]
@@ -199,14 +257,17 @@ def run(
             push(heap, (t + k * tau, seq, v.vid, v.ver, K_DECODE))
         else:
             v.state = IDLE
-            if v.retired and not v.queue:
+            if v.retired and not v.queue and not v.inflight:
                 release(v, t)
 
     def assign(rid: int, v: _Vpod, t: float) -> None:
-        nonlocal seq
-        v.queue.append(rid)
         v.load += 1
         where[rid] = v.vid
+        enqueue(rid, v, t)
+
+    def enqueue(rid: int, v: _Vpod, t: float) -> None:
+        nonlocal seq
+        v.queue.append(rid)
         st = v.state
         if st == IDLE:
             next_step(v, t)
@@ -221,10 +282,10 @@ def run(
                 te = v.t0 + m * v.tau
                 push(heap, (te if te > t else t, seq, v.vid, v.ver, K_DECODE))
 
-    def best_vpod(b: int) -> _Vpod | None:
+    def best_vpod(b: int, routes: list[list[_Group]] = route) -> _Vpod | None:
         best = None
         best_key = math.inf
-        for g in route[b]:
+        for g in routes[b]:
             inv = g.inv_slots
             for v in g.ready:
                 key = v.load * inv
@@ -248,6 +309,48 @@ def run(
                     break
                 assign(q.popleft(), v, t)
 
+    def send(rid: int, dv: _Vpod, t: float) -> None:
+        """Hand ``rid``'s KV cache from its prefill vPod to decode vPod ``dv`` over the DCN."""
+        nonlocal seq
+        pv = vpods[where[rid]]
+        ptab, dtab = pv.tab, dv.tab
+        kv = s_in[rid] * ptab.kv_bytes_per_token
+        bw = ptab.dcn_bytes_per_s if ptab.dcn_bytes_per_s < dtab.dcn_bytes_per_s else dtab.dcn_bytes_per_s
+        x = kv / bw
+        e_send = kv * ptab.dcn_j_per_byte
+        e_recv = kv * dtab.dcn_j_per_byte
+        pv.energy_j += e_send
+        pv.kv_j += e_send
+        dv.energy_j += e_recv
+        dv.kv_j += e_recv
+        xfer[rid] = x
+        first[rid] = t + x
+        where_dec[rid] = dv.vid
+        dv.load += 1
+        dv.inflight += 1
+        seq += 1
+        push(heap, (t + x, seq, dv.vid, rid, K_JOIN))
+
+    def hand_off(rid: int, t: float) -> None:
+        if s_out[rid] == 0:  # nothing to decode: the answer is complete at the prefill
+            first[rid] = t
+            finish[rid] = t
+            return
+        dv = best_vpod(bucket[rid], droute)
+        if dv is None:
+            dpending[bucket[rid]].append(rid)
+        else:
+            send(rid, dv, t)
+
+    def drain_dpending(bs: tuple[int, ...] | range, t: float) -> None:
+        for b in bs:
+            q = dpending[b]
+            while q:
+                dv = best_vpod(b, droute)
+                if dv is None:
+                    break
+                send(q.popleft(), dv, t)
+
     def make_ready(v: _Vpod) -> None:
         v.ready = True
         g = v.group
@@ -263,7 +366,7 @@ def run(
             v.held_to = t
             return
         g.ready.remove(v)
-        if v.state == IDLE and not v.queue and not v.n_act:
+        if v.state == IDLE and not v.queue and not v.n_act and not v.inflight:
             v.held_to = t
         else:
             g.draining.append(v)
@@ -311,10 +414,15 @@ def run(
             resize(g, eg.n_vpods, t, ready_now)
         for r in route:
             r.clear()
+        for r in droute:
+            r.clear()
         for eg in target:
+            g = groups[eg.key]
+            routes = droute if g.phase == PH_DECODE else route
             for b in eg.buckets:
-                route[b].append(groups[eg.key])
+                routes[b].append(g)
         drain_pending(range(n_buckets), t)
+        drain_dpending(range(n_buckets), t)
         for g in groups.values():
             for v in g.ready:
                 if v.state == IDLE and v.queue:
@@ -339,6 +447,22 @@ def run(
         if t_ev <= t_arr:
             t, _, vid, ver, kind = pop(heap)
             v = vpods[vid]
+            if kind == K_HANDOFF:  # ver = batch index
+                n_events += 1
+                rids = handoffs[ver]
+                handoffs[ver] = None
+                v.inflight -= len(rids)
+                v.load -= len(rids)
+                for rid in rids:
+                    hand_off(rid, t)
+                if v.retired and v.state == IDLE and not v.queue and not v.inflight and math.isnan(v.held_to):
+                    release(v, t)
+                continue
+            if kind == K_JOIN:  # ver = request
+                n_events += 1
+                v.inflight -= 1
+                enqueue(ver, v, t)
+                continue
             if ver != v.ver:
                 continue
             n_events += 1
@@ -361,6 +485,9 @@ def run(
                     v.base -= s_in[rid] - (fs - s_out[rid])
                 v.state = IDLE
                 next_step(v, t)
+            elif kind == K_PREFILL and v.phase == PH_PREFILL:
+                v.state = IDLE
+                next_step(v, t)
             elif kind == K_PREFILL:
                 rid = v.rid
                 v.rid = -1
@@ -377,7 +504,10 @@ def run(
                 next_step(v, t)
             else:  # K_READY
                 make_ready(v)
-                drain_pending(v.group.buckets, t)
+                if v.phase == PH_DECODE:
+                    drain_dpending(v.group.buckets, t)
+                else:
+                    drain_pending(v.group.buckets, t)
                 if v.state == IDLE:
                     next_step(v, t)
             continue
@@ -401,6 +531,9 @@ def run(
         work_s=np.asarray([v.work_s for v in vpods], dtype=np.float64),
         energy_dyn_j=np.asarray([v.energy_j for v in vpods], dtype=np.float64),
         events=n_events,
+        decode_vpod=np.asarray(where_dec, dtype=np.int64),
+        kv_transfer_s=np.asarray(xfer, dtype=np.float64),
+        energy_kv_j=np.asarray([v.kv_j for v in vpods], dtype=np.float64),
     )
 
 

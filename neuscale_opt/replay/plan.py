@@ -21,8 +21,9 @@ one line naming the file and the field):
 * rows of one (epoch, group) that disagree on ``n_vpods`` or on the vPod type;
 * more chips of a generation in an epoch than the fleet's healthy chips (each group counted once);
 * an epoch that holds arrivals of the trace but has no allocation row (missing epochs);
-* prefill/decode rows (disaggregated serving): the replay does not model the KV hand-off yet, so
-  such a plan is refused rather than judged wrongly.
+* phases mixed wrongly for a class in an epoch: prefill rows without decode rows (or decode without
+  prefill), or colocated rows beside prefill/decode rows (disaggregated serving needs both halves,
+  and a class is served one way per epoch).
 """
 
 from __future__ import annotations
@@ -196,11 +197,6 @@ def _check_row(i: int, r: Any, inst: Instance, buckets: set[str]) -> tuple[list[
             probs.append(f"{at}.rate_rps: negative ({rate})")
     if r["phase"] not in PHASES:
         probs.append(f"{at}.phase: unknown phase {r['phase']!r} (colocated, prefill or decode)")
-    elif r["phase"] != "colocated":
-        probs.append(
-            f"{at}.phase: {r['phase']!r} rows (disaggregated serving) are not supported by replay; "
-            "replay a colocated plan"
-        )
     if r["chip"] not in inst.chip_names:
         probs.append(f"{at}.chip: unknown chip {r['chip']!r} (fleet: {', '.join(inst.chip_names)})")
     if str(r["bucket"]) not in buckets:
@@ -223,6 +219,22 @@ def _check_row(i: int, r: Any, inst: Instance, buckets: set[str]) -> tuple[list[
     row["shape_t"] = shape
     row["bucket"] = str(r["bucket"])
     return probs, row
+
+
+def _phase_mix(rows: list[dict]) -> list[str]:
+    """Problems of (epoch, class) pairs whose phases do not form one serving mode."""
+    phases: dict[tuple[int, str], set[str]] = {}
+    for row in rows:
+        phases.setdefault((row["epoch"], row["bucket"]), set()).add(row["phase"])
+    out: list[str] = []
+    for (e, b), ph in sorted(phases.items()):
+        if "colocated" in ph and len(ph) > 1:
+            out.append(f"epoch {e}, class {b!r}: colocated and disaggregated (prefill/decode) rows for the same class")
+        elif ph == {"prefill"}:
+            out.append(f"epoch {e}, class {b!r}: prefill rows but no decode rows (disaggregated serving needs both)")
+        elif ph == {"decode"}:
+            out.append(f"epoch {e}, class {b!r}: decode rows but no prefill rows (disaggregated serving needs both)")
+    return out
 
 
 def load_plan(
@@ -249,6 +261,7 @@ def load_plan(
             row["_row"] = i
             rows.append(row)
     _fail(problems, where)
+    _fail(_phase_mix(rows), where)
 
     types: list[VpodType] = []
     type_index: dict[VpodType, int] = {}

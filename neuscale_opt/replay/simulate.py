@@ -17,7 +17,9 @@ A request never served (its class has no vPod before the horizon ends) misses it
 Totals
 ------
 * ``energy_j = PUE x (dynamic + static)``: dynamic = roofline energy of every prefill and decode
-  round executed (R10); static = static power of the vPod's chips x time held;
+  round executed (R10), plus, for disaggregated plans, the DCN energy of every KV hand-off on
+  both sides (``energy_kv_j``, README section 6); static = static power of the vPod's chips x
+  time held;
 * ``cost_usd = sum chip-hours held x price per chip-hour``;
 * ``carbon_kg = energy_j / 3.6e6 x carbon intensity + chip-hours x embodied kg per chip-hour``;
 * ``tokens_per_joule`` and ``tokens_per_usd`` count **output** tokens of served requests;
@@ -247,7 +249,8 @@ def _account(
     arrival = tr["arrival_s"].to_numpy(np.float64)
     s_in = tr["input_tokens"].to_numpy(np.int64)
     s_out = tr["output_tokens"].to_numpy(np.int64)
-    served = res.vpod >= 0
+    served = (res.vpod >= 0) & ~np.isnan(res.finish_s)  # disaggregated: prefilled and decoded
+    disagg = any(t.vtype.phase != "colocated" for t in tables)
     ttft = res.first_token_s - arrival
     e2e = res.finish_s - arrival
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -289,6 +292,9 @@ def _account(
             "embodied_kg": emb_h * held_s / SECONDS_PER_HOUR,
         }
     )
+    if disagg:
+        vpods["phase"] = [v.phase for v in vtype]
+        vpods["energy_kv_j"] = res.energy_kv_j
     vpods.attrs["unit"] = {"held_s": "s", "energy_dynamic_j": "J (before PUE)", "cost_usd": "USD"}
 
     req_chip = np.where(served, vp_chip[np.maximum(res.vpod, 0)] if len(vtype) else "", "")
@@ -310,6 +316,11 @@ def _account(
             "slo_met": met,
         }
     )
+    if disagg:
+        dec_ok = res.decode_vpod >= 0
+        requests["decode_vpod"] = res.decode_vpod
+        requests["decode_chip"] = np.where(dec_ok, vp_chip[np.maximum(res.decode_vpod, 0)] if len(vtype) else "", "")
+        requests["kv_transfer_s"] = res.kv_transfer_s
     requests.attrs["unit"] = {"arrival_s": "s", "ttft_s": "s", "tpot_s": "s/token", "e2e_s": "s"}
 
     # per generation
@@ -429,6 +440,10 @@ def _account(
         "horizon_s": plan.n_epochs * length,
         "events": res.events,
     }
+    if disagg:
+        totals["energy_kv_j"] = float(res.energy_kv_j.sum())
+        totals["p50_kv_transfer_s"] = _pct(res.kv_transfer_s, 50)
+        totals["p99_kv_transfer_s"] = _pct(res.kv_transfer_s, 99)
     meta = {
         "instance": inst.name,
         "plan": plan.source,

@@ -25,6 +25,26 @@ Prefill: one prompt of ``S`` tokens at batch 1 (``P = 0``), tabulated densely fo
 ``S = 0 .. max_input``: the decode stall it causes (``t_stage``, the pipeline occupancy the
 planner's busy time uses, section 4 of the spec; equal to the latency when ``pp = 1``), its latency
 (first token) and its dynamic energy.
+
+Batched prefill (prefill-phase vPods of disaggregated serving): exact for ragged batches
+----------------------------------------------------------------------------------------
+A prefill step of ``n`` prompts of lengths ``S_1 .. S_n`` (``P = 0``) costs, term by term, what one
+prompt of the total length ``N = sum S_i`` costs, except the causal attention pairs: linear FLOPs,
+weights touched (R3, R4), KV written and read (R5, ``B 2 T = 2 N`` tokens), activations (R6), ICI
+(R7) and the pipeline hand-offs (R9) all depend on the tokens of the step only, while attention
+(R1) counts ``sum S_i (S_i + 1) / 2`` pairs instead of ``N (N + 1) / 2``. So with the single-prompt
+roofs tabulated for ``N = 0 .. batch x max_input``
+
+    t_compute = t_compute(N) + a_c (sum S_i (S_i+1)/2 - N (N+1)/2),    a_c = L a_pair / (tp pp peak eff_c)
+    E_dyn     = E_dyn(N)     + a_e (same difference),                  a_e = L a_pair e_flop
+
+and ``t_stage``, the latency and the energy follow as R8-R10. For ``n`` prompts of one length this
+is ``step_cost(B = n, T = S)`` exactly (tested), the planner's prefill configuration.
+
+DCN: ``dcn_bytes_per_s = chips x ChipSpec.dcn_bytes_per_s`` (the vPod's aggregate, as the
+allocation model's ``BW_k``) and ``dcn_j_per_byte`` (the instance's ``energy.dcn_pj_per_byte``,
+else the chip's ICI energy per byte: the ``dcn_energy_j_per_byte`` column of
+``Coefficients.chips``) price the KV hand-off of disaggregated serving.
 """
 
 from __future__ import annotations
@@ -63,12 +83,38 @@ class StepTable:
     static_w: float  # W, whole vPod
     price_usd_per_hour: float  # whole vPod
     embodied_kg_per_hour: float  # whole vPod
+    kv_bytes_per_token: float = 0.0  # B of KV cache per prompt token (handed from prefill to decode)
+    dcn_bytes_per_s: float = math.inf  # B/s, the vPod's aggregate DCN bandwidth
+    dcn_j_per_byte: float = 0.0  # J per DCN byte (charged on each side of a KV hand-off)
+    # batched prefill (prefill-phase types only), indexed by the batch's total prompt tokens N
+    bp_c: tuple[float, ...] | list[float] = ()  # s, compute roof of one prompt of N tokens (per stage)
+    bp_h: tuple[float, ...] | list[float] = ()  # s, HBM roof
+    bp_i: tuple[float, ...] | list[float] = ()  # s, ICI roof
+    bp_p2p: tuple[float, ...] | list[float] = ()  # s, pipeline hand-offs (latency - pp t_stage)
+    bp_e: tuple[float, ...] | list[float] = ()  # J, dynamic energy
+    attn_c: float = 0.0  # s of compute roof per attention pair (a_c)
+    attn_e: float = 0.0  # J per attention pair (a_e)
 
     def decode_step(self, n: int, mean_ctx: float) -> tuple[float, float]:
         """(seconds, dynamic joules) of one decode round of ``n`` sequences at mean past context."""
         pp = self.vtype.pp
         t = max(self.c0[n] + self.c1[n] * mean_ctx, self.h0[n] + self.h1[n] * mean_ctx, self.ici[n])
         return pp * t + self.p2p[n], self.e0[n] + self.e1[n] * mean_ctx
+
+    def prefill_batch(self, lengths: list[int]) -> tuple[float, float, float]:
+        """(pipeline occupancy ``t_stage`` s, latency s, dynamic J) of one prefill step of the prompts
+        ``lengths`` (a ragged batch; prefill-phase types only, see the module docstring)."""
+        n_tok = 0
+        pairs = 0.0
+        for s in lengths:
+            n_tok += s
+            pairs += s * (s + 1) * 0.5
+        extra = pairs - n_tok * (n_tok + 1) * 0.5
+        c = self.bp_c[n_tok] + self.attn_c * extra
+        h = self.bp_h[n_tok]
+        i = self.bp_i[n_tok]
+        st = max(c, h, i)
+        return st, self.vtype.pp * st + self.bp_p2p[n_tok], self.bp_e[n_tok] + self.attn_e * extra
 
 
 def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
@@ -93,6 +139,25 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
     s = np.arange(0, max(int(max_input), 0) + 1, dtype=np.float64)
     pre = step_cost(model, hw, tp, pp, ep, 1.0, s, 0.0, nodes=nodes)
     chips = float(vt.chips)
+    dcn_pj = inst.energy.dcn_pj_per_byte
+    batched: dict = {}
+    if vt.phase == "prefill":
+        tok = np.arange(0, vt.batch * max(int(max_input), 0) + 1, dtype=np.float64)
+        one = step_cost(model, hw, tp, pp, ep, 1.0, tok, 0.0, nodes=nodes)
+        a_pair = float(model.n_layers) * float(model.attn_flops_per_pair_per_layer)
+
+        def full(a: np.ndarray) -> list[float]:
+            return np.broadcast_to(np.asarray(a, dtype=np.float64), tok.shape).tolist()
+
+        batched = {
+            "bp_c": full(one.t_compute_s),
+            "bp_h": full(one.t_hbm_s),
+            "bp_i": full(one.t_ici_s),
+            "bp_p2p": full(one.latency_s - pp * one.t_stage_s),
+            "bp_e": full(one.energy_dyn_j),
+            "attn_c": a_pair / (chips * float(hw.peak_flops) * float(hw.eff_c)),
+            "attn_e": a_pair * float(hw.j_flop),
+        }
     return StepTable(
         vtype=vt,
         c0=pad(lo.t_compute_s),
@@ -109,4 +174,8 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
         static_w=chips * float(ctx.hw.static_w),
         price_usd_per_hour=chips * ctx.price_usd_per_chip_hour,
         embodied_kg_per_hour=chips * ctx.embodied_kg_per_chip_hour,
+        kv_bytes_per_token=float(model.kv_bytes_per_token),
+        dcn_bytes_per_s=chips * float(get_chip(vt.chip).dcn_bytes_per_s),
+        dcn_j_per_byte=(dcn_pj * 1e-12) if dcn_pj is not None else float(ctx.hw.j_ici),
+        **batched,
     )

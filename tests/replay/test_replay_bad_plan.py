@@ -99,8 +99,17 @@ def test_group_rows_disagree_on_count():
     )
 
 
-def test_disaggregated_rows_are_refused():
-    refused([row(0, "a", 1, phase="prefill"), row(1, "b", 1)], r"allocations\[0\]\.phase: 'prefill' rows")
+def test_prefill_without_decode_is_refused():
+    refused([row(0, "a", 1, phase="prefill"), row(1, "b", 1)], r"epoch 0, class 'a': prefill rows but no decode rows")
+
+
+def test_decode_without_prefill_is_refused():
+    refused([row(0, "a", 1, phase="decode"), row(1, "b", 1)], r"epoch 0, class 'a': decode rows but no prefill rows")
+
+
+def test_colocated_beside_disaggregated_is_refused():
+    rows = [row(1, "b", 1), row(1, "b", 1, phase="prefill"), row(1, "b", 1, phase="decode"), row(0, "a", 1)]
+    refused(rows, r"epoch 1, class 'b': colocated and disaggregated \(prefill/decode\) rows")
 
 
 def test_malformed_json(tmp_path):
