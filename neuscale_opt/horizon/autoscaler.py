@@ -17,6 +17,13 @@ past:
    e_k = h_g / (c_k T) + a_k, each up to its growth limit and the chips left, failing over to the
    next configuration (typically the next generation) when either runs out. A created vPod serves
    (1 - delta) of the epoch. What is left is unserved.
+4. **placement** (generations given as pods, ``placement`` not ``none``): every vPod is placed when it
+   is created, first fit (:class:`~neuscale_opt.topology.greedy.FirstFitPlacer`, the greedy
+   heuristic's rule), and never moved: a kept vPod keeps its position, a group that shrinks
+   releases its last placed vPods first. When a slice of the configuration's shape no longer fits
+   although chips remain, the configuration is exhausted and the class fails over to the next
+   one, as when the chips run out. A generation whose inventory schedule exceeds what its pods
+   hold (the counterfactual fleet of :func:`fleet_total_inventory`) is counted only.
 
 ``homogeneous-autoscaler`` - the same rules with the configurations of one generation only (the
 conventional auto-scaler the paper compares with); run on each generation, the best is the one of
@@ -31,13 +38,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from neuscale_opt.alloc.context import prepare
+from neuscale_opt.alloc.context import Prepared, prepare
 from neuscale_opt.alloc.options import PlanOptions
+from neuscale_opt.alloc.placement import pod_order
 from neuscale_opt.alloc.solution import Solution
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.horizon.context import horizon_options, inventory_dropped
 from neuscale_opt.horizon.params import FLOOR_EPS, HorizonParams
+from neuscale_opt.horizon.placement import view_placement_rows
 from neuscale_opt.horizon.rolling import EpochCommit, actual_demand, assemble, instance_inventory
+from neuscale_opt.topology.greedy import FirstFitPlacer
+from neuscale_opt.topology.patterns import PodPlacement
 
 EPS = 1e-9
 
@@ -58,6 +69,18 @@ def _count_for(load: float, prev: int, delta: float) -> int:
     if load <= prev + 1e-12:
         return max(math.ceil(load - 1e-9), 0)
     return math.ceil((load - delta * prev) / (1.0 - delta) - 1e-9)
+
+
+def placeable_generations(prep: Prepared, inventory: dict[tuple[str, int], float]) -> set[str]:
+    """The placed generations (``Prepared.placement``) whose pods hold their whole inventory
+    schedule: max_t H_{c,t} <= healthy chips of the pods."""
+    out: set[str] = set()
+    for c, d in prep.placement.items():
+        healthy = sum(g.multiplicity * g.state.healthy_chips for g in d.groups)
+        peak = max((h for (cc, _t), h in inventory.items() if cc == c), default=0.0)
+        if peak <= healthy + 1e-9:
+            out.add(c)
+    return out
 
 
 class _Epoch:
@@ -120,6 +143,11 @@ def autoscale(
     group_w = head["chips_per_vpod"].astype(float).to_dict()
     group_eff = cfg.groupby("group")["_eff"].min().to_dict()
     group_type = head["vpod_type"].astype(str).to_dict()
+    group_shape = head["placed_shape"].to_dict()
+    placed_gens = placeable_generations(prep, inv) & set(group_chip.values())
+    pods = {pid: g.state for c in sorted(placed_gens) for g in prep.placement[c].groups for pid in g.pod_ids}
+    pods = dict(sorted(pods.items(), key=lambda kv: pod_order(kv[0])))
+    where: dict[str, list[PodPlacement]] = {}
 
     n_prev: dict[str, int] = {}
     load_hist: dict[tuple[str, int], float] = {}
@@ -157,6 +185,22 @@ def autoscale(
                     used -= group_w[g]
             left[c] = h - used
         ep = _Epoch({g: v for g, v in lo.items() if v > 0}, dict(n_prev), delta)
+        # 4. kept vPods keep their positions (the last placed are released first)
+        placer = FirstFitPlacer(dict(pods)) if placed_gens else None
+        held: dict[str, list[PodPlacement]] = {}
+        unfit: set[tuple[str, str]] = set()
+        if placer is not None:
+            kept = [g for g in sorted(ep.n) if group_chip[g] in placed_gens]
+            for g in kept:
+                held[g] = list(where.get(g, [])[: ep.n[g]])
+                for pp in held[g]:
+                    placer.used.setdefault(pp.pod, set()).update(pp.placement.chips)
+            for g in kept:  # a floor above the vPods held before (not expected): place the rest, or give way
+                short = ep.n[g] - len(held[g])
+                if short > 0:
+                    got = _place(placer, group_chip[g], str(group_shape[g]), short, held[g], unfit)
+                    ep.n[g] -= short - got
+                    left[group_chip[g]] += (short - got) * group_w[g]
 
         def best_chips(b: str, need: dict[str, float] = need) -> float:
             rs = rows_of[b]
@@ -190,6 +234,8 @@ def autoscale(
                 if not math.isinf(left[c]):
                     cap = min(cap, cur + math.floor(left[c] / group_w[g] + 1e-9))
                 new = max(cur, int(math.floor(cap + 1e-9)))
+                if new > cur and placer is not None and c in placed_gens:
+                    new = cur + _place(placer, c, str(group_shape[g]), new - cur, held.setdefault(g, []), unfit)
                 if new > cur:
                     left[c] -= (new - cur) * group_w[g]
                     ep.n[g] = new
@@ -199,7 +245,10 @@ def autoscale(
         n = ep.n
         x, load, route = ep.x, ep.load, ep.route
         n = {g: v for g, v in n.items() if v > 0}
-        commits.append(EpochCommit(t, n, x, s, dict(need), "feasible", {}))
+        where = {g: held[g][: n[g]] for g in n if g in held}
+        assigned = tuple((g, pp) for g in sorted(where) for pp in where[g])
+        rows = view_placement_rows(t, opts, prep, assigned, x, route) if assigned else []
+        commits.append(EpochCommit(t, n, x, s, dict(need), "feasible", {}, tuple(rows)))
         groups_of[t] = route
         for g, u in load.items():
             load_hist[(g, t)] = u
@@ -217,6 +266,22 @@ def autoscale(
         groups_of=groups_of,
         penalty_per_req=prep.penalty_per_req,
     )
+
+
+def _place(
+    placer: FirstFitPlacer, chip: str, shape: str, k: int, into: list[PodPlacement], unfit: set[tuple[str, str]]
+) -> int:
+    """Place up to ``k`` new vPods of ``shape`` on ``chip`` one by one (first fit); how many fit. A
+    shape that failed once is not tried again in the epoch (nothing is freed while filling)."""
+    if (chip, shape) in unfit:
+        return 0
+    for i in range(k):
+        pp = placer.place(chip, shape)
+        if pp is None:
+            unfit.add((chip, shape))
+            return i
+        into.append(pp)
+    return k
 
 
 def neuscale_autoscaler(

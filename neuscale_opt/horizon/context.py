@@ -11,6 +11,7 @@ reactive policies read the same object. No Pyomo in here; symbols of ``formulati
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -19,6 +20,7 @@ from neuscale_opt.alloc.context import Prepared, phases_for, prepare
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients
 from neuscale_opt.horizon.params import HorizonParams
+from neuscale_opt.topology.patterns import GenPlacementData
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,12 @@ class WindowContext:
     ``group``, ``bucket``, ``phase``, ``chip``, ``chips_per_vpod``, ``cap_rps`` = c_k,
     ``var_obj_per_req`` = a_k, ``held_obj_per_vpod`` = h_g). ``groups``: one row per group with
     ``chip``, ``chips_per_vpod``, ``held_obj_per_vpod``, ``create_obj`` and ``delete_obj``
-    (objective units per vPod created / deleted). ``demand[(b, t)]`` the planned rate (req/s, zeros
-    included), ``inventory[(c, t)]`` H_{c,t}. ``state`` is None when the window starts the horizon
-    (warm start: no coupling into its first epoch).
+    (objective units per vPod created / deleted) and ``placed_shape`` (canonical slice shape s(g) of a
+    placed generation, else None). ``demand[(b, t)]`` the planned rate (req/s, zeros included),
+    ``inventory[(c, t)]`` H_{c,t}. ``state`` is None when the window starts the horizon (warm start:
+    no coupling into its first epoch). ``placement`` maps each placed generation to its packing data
+    (``Prepared.placement``: pods given, finite inventory, ``options.placement != "none"``); empty
+    when nothing is placed.
     """
 
     epochs: tuple[int, ...]
@@ -63,6 +68,7 @@ class WindowContext:
     state: State | None
     delta: float
     hold_epochs: int
+    placement: Mapping[str, GenPlacementData] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
 
     def previous(self, t: int) -> int | None:
@@ -130,7 +136,7 @@ def build_window(
     if prepared is None or prepared.options != opts:
         prepared = prepare(coeffs, opts)
     cfg = prepared.configs.reset_index(drop=True)
-    cols = ["group", "chip", "shape", "chips_per_vpod", "held_obj_per_vpod", "vpod_type"]
+    cols = ["group", "chip", "shape", "chips_per_vpod", "held_obj_per_vpod", "vpod_type", "placed_shape"]
     groups = cfg[cols].drop_duplicates("group").sort_values("group").reset_index(drop=True)
     create, delete = reconfiguration_coefficients(groups, coeffs, opts, params)
     groups = groups.assign(create_obj=create.to_numpy(), delete_obj=delete.to_numpy())
@@ -150,4 +156,5 @@ def build_window(
         state=state,
         delta=params.delay_share(epoch_s) if params.coupling else 0.0,
         hold_epochs=params.hold_epochs(epoch_s) if params.coupling else 0,
+        placement=prepared.placement if opts.placement != "none" else {},
     )

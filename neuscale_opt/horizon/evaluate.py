@@ -12,7 +12,11 @@ allocation rows and the coefficient tables only:
   y_t = max(n_t - n_{t-1}, 0); scale-down n_t >= max(floor(sigma n_{t-1}), max_{tau in t-K..t-1}
   u_tau) (tau after the generation's last failure), except for vPods lost to failed chips (at
   most the chips the generation lost at t); a key never changes its vPod type;
-* reconfiguration accounting: vPods created y and deleted z per epoch, their extra energy.
+* reconfiguration accounting: vPods created y and deleted z per epoch, their extra energy;
+* placement (plans made with ``placement`` other than ``none``): the per-epoch evaluation checks
+  the placement rows against the pods (``alloc.evaluate``: aligned, healthy, disjoint, counts per
+  epoch, generation, shape and group), and reports a plan that holds vPods of placed generations
+  without placement rows as ``unplaced``.
 
 The objective recomputed here equals the horizon MILP's (relative 1e-6): the tests check it.
 """
@@ -76,6 +80,18 @@ def group_table(allocations: pd.DataFrame, coeffs: Coefficients, util_cap: float
     return out[cols]
 
 
+def _flat_inventory(solution: Any, coeffs: Coefficients, chip: str, inv: dict[tuple[str, int], float]) -> float:
+    """Inventory of ``chip`` for the per-epoch evaluation: unlimited (the schedule check below reads
+    H_{c,t}), except for a generation given as pods in a plan made with placement, which keeps a
+    finite inventory (its largest H_{c,t}) so that its placement rows are checked."""
+    if getattr(solution.options, "placement", "none") == "none" or coeffs.pods is None or len(coeffs.pods) == 0:
+        return math.inf
+    base = coeffs.inventory().get(chip, math.inf)
+    if math.isinf(base) or chip not in set(coeffs.pods["chip"].astype(str)):
+        return math.inf
+    return max([base, *(h for (c, _t), h in inv.items() if c == chip)])
+
+
 def evaluate_schedule(
     solution: Any,
     coeffs: Coefficients,
@@ -93,7 +109,7 @@ def evaluate_schedule(
     base_inv = coeffs.inventory()
     inv = inventory if inventory is not None else {(c, t): h for c, h in base_inv.items() for t in epochs}
     chips = coeffs.chips.copy()
-    chips["healthy_chips"] = math.inf
+    chips["healthy_chips"] = [_flat_inventory(solution, coeffs, str(c), inv) for c in chips["chip"]]
     flat = replace(coeffs, demand=dem, chips=chips)
     ev = evaluate(solution, flat)
     violations = list(ev.violations)

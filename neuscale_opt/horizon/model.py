@@ -16,6 +16,7 @@ import pyomo.environ as pyo
 from neuscale_opt.alloc.model import component_ids as alloc_component_ids
 from neuscale_opt.horizon.context import WindowContext
 from neuscale_opt.horizon.params import FLOOR_EPS
+from neuscale_opt.topology.milp import add_placement_constraints
 
 EPS = 1e-9
 
@@ -26,6 +27,23 @@ def _members(ctx: WindowContext) -> dict[str, list[tuple[str, str, str, float]]]
     for r in ctx.configs.itertuples():
         out[r.group].append((r.config_id, str(r.bucket), str(r.phase), float(r.cap_rps)))
     return out
+
+
+def placed_members(ctx: WindowContext) -> dict[tuple[str, str], list[str]]:
+    """(generation, canonical shape) -> the groups of that generation and shape, for the placed
+    generations (empty when nothing is placed)."""
+    if not ctx.placement or ctx.options.placement == "none":
+        return {}
+    out: dict[tuple[str, str], list[str]] = {}
+    for r in ctx.groups.itertuples():
+        if str(r.chip) in ctx.placement:
+            out.setdefault((str(r.chip), str(r.placed_shape)), []).append(str(r.group))
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def placement_block_name(t: int) -> str:
+    """Name of epoch t's sub-block inside the ``placement`` block."""
+    return f"e{int(t)}"
 
 
 def group_bounds(ctx: WindowContext) -> dict[str, int]:
@@ -55,7 +73,8 @@ def add_sets(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     """Sets ``EPOCHS`` (T), ``GROUPS`` (G), ``CONFIGS`` (K), ``BUCKETS`` (B), ``COVER`` (B x P x T),
     ``CHIPS_T`` (finite inventories), ``COUPLED`` ((g, t) with a previous epoch), ``HOLD``
     ((g, t, tau) with tau in the hold window of t and no failure of chip(g) in (tau, t]), ``LOSS``
-    ((g, t) whose generation loses chips at t)."""
+    ((g, t) whose generation loses chips at t) and, when something is placed, ``PLACED_SHAPES``
+    ((generation, canonical shape, epoch) of the placed generations' groups)."""
     ts = list(ctx.epochs)
     m.EPOCHS = pyo.Set(initialize=ts, ordered=True)
     m.GROUPS = pyo.Set(initialize=list(ctx.groups["group"]), ordered=True)
@@ -104,6 +123,9 @@ def add_sets(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
         dimen=2,
         ordered=True,
     )
+    placed = placed_members(ctx)
+    if placed:
+        m.PLACED_SHAPES = pyo.Set(initialize=[(c, s, t) for c, s in placed for t in ts], dimen=3, ordered=True)
 
 
 def add_variables(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
@@ -324,6 +346,39 @@ def add_failure_loss(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     m.failure_loss = pyo.Constraint(m.LOSS_CHIPS, rule=rule)
 
 
+def add_placement(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: placement
+
+    **Enforced Over**: PLACED_SHAPES (placed generation c, canonical shape s, epoch t)
+
+    In every epoch the vPods held per placed generation and canonical slice shape fit the pods at
+    aligned, disjoint, healthy positions. The count
+
+        placed_vpods[c, s, t] = N_{c,s,t} = sum_{g: chip(g)=c, s(g)=s} n_{g,t}
+
+    of epoch t feeds the sub-block ``placement.e<t>`` built by
+    :func:`neuscale_opt.topology.milp.add_placement_constraints` with the variant
+    ``options.placement`` (``pattern`` or ``exact``), exactly as the epoch MILP's ``add_placement``
+    does for its one epoch; the sub-blocks' components are those of ``formulations/placement.md``
+    section 4. The epochs are independent: a vPod kept from one epoch to the next may be placed
+    elsewhere (the plan does not pin positions across epochs).
+    """
+    if not hasattr(m, "PLACED_SHAPES"):
+        return
+    members = placed_members(ctx)
+    m.placed_vpods = pyo.Expression(
+        m.PLACED_SHAPES, rule=lambda _m, c, s, t: sum(_m.n_vpods[g, t] for g in members[c, s])
+    )
+    m.placement = pyo.Block()
+    chips = {c for c, _s in members}
+    data = {c: d for c, d in ctx.placement.items() if c in chips}
+    for t in ctx.epochs:
+        counts = {(c, s): m.placed_vpods[c, s, t] for c, s in members}
+        add_placement_constraints(
+            m.placement, counts, data, variant=ctx.options.placement, name=placement_block_name(t)
+        )
+
+
 def add_objective(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     """Expressions ``served_term``, ``held_term``, ``unserved_term``, ``reconfig_term`` and the
     objective ``total_objective`` (their sum, minimised), in objective units over the window:
@@ -364,6 +419,7 @@ CONSTRAINT_BUILDERS: tuple[Callable[[pyo.ConcreteModel, WindowContext], None], .
     add_shrink_limit,
     add_shrink_hold,
     add_failure_loss,
+    add_placement,
 )
 
 

@@ -13,7 +13,7 @@ schedule into a :class:`~neuscale_opt.alloc.solution.Solution`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from neuscale_opt.alloc.solution import (
     Solution,
     empty_allocations,
     tidy_allocations,
+    tidy_placements,
     tidy_unserved,
 )
 from neuscale_opt.alloc.solve import solve_model
@@ -36,6 +37,7 @@ from neuscale_opt.horizon.context import State, WindowContext, build_window, hor
 from neuscale_opt.horizon.evaluate import evaluate_schedule
 from neuscale_opt.horizon.model import build_model
 from neuscale_opt.horizon.params import HorizonParams, inventory_schedule
+from neuscale_opt.horizon.placement import epoch_placement_rows, window_placements
 from neuscale_opt.traces.forecast import forecast
 
 _STATUS_RANK = {"optimal": 0, "feasible": 1, "time_limit": 2, "infeasible": 3}
@@ -45,7 +47,8 @@ ROW_FIELDS = ("bucket", "phase", "chip", "shape", "chips_per_vpod", "tp", "pp", 
 @dataclass(frozen=True)
 class EpochCommit:
     """One committed epoch: vPods per group, rate per configuration, unserved rate per class, the
-    demand it was planned for, and how it was found."""
+    demand it was planned for, how it was found, and the placement rows of its vPods of placed
+    generations (``Solution.placements`` rows; empty when nothing is placed)."""
 
     epoch: int
     n: dict[str, int]
@@ -54,6 +57,7 @@ class EpochCommit:
     planned: dict[str, float]
     status: str
     info: dict[str, Any]
+    placements: tuple[dict[str, Any], ...] = ()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -110,8 +114,12 @@ def instance_inventory(coeffs: Coefficients, events: Any = ()) -> dict[tuple[str
 # solving a window
 
 
-def solve_window(ctx: WindowContext) -> tuple[dict[int, EpochCommit], dict[str, Any]]:
-    """Solve one window; the plan of each of its epochs (not yet committed) and solver info."""
+def solve_window(
+    ctx: WindowContext, place: Iterable[int] | None = None
+) -> tuple[dict[int, EpochCommit], dict[str, Any]]:
+    """Solve one window; the plan of each of its epochs (not yet committed) and solver info. The
+    placements of the epochs in ``place`` (default: every epoch) are realised from the solved
+    ``placement`` sub-blocks."""
     m = build_model(ctx)
     res = solve_model(m, ctx.options)
     info = {"objective_value": res.objective, "bound": res.bound, "gap": res.gap, "solve_seconds": res.seconds}
@@ -123,13 +131,17 @@ def solve_window(ctx: WindowContext) -> tuple[dict[int, EpochCommit], dict[str, 
     if not res.has_plan:
         raise RuntimeError(f"horizon window {ctx.epochs[0]}-{ctx.epochs[-1]} is {res.status}")  # pragma: no cover
     v = res.values
+    realise = set(ctx.epochs if place is None else place) if ctx.placement else set()
     out: dict[int, EpochCommit] = {}
     for t in ctx.epochs:
         n = {str(g): int(round(x)) for (g, tt), x in v.get("n_vpods", {}).items() if tt == t and round(x) > 0}
         x = {str(k): max(val, 0.0) for (k, tt), val in v.get("rate", {}).items() if tt == t and val > 1e-9}
         s = {str(b): val for (b, tt), val in v.get("unserved", {}).items() if tt == t and val > 1e-9}
         planned = {b: ctx.demand.get((b, t), 0.0) for b in ctx.buckets}
-        out[t] = EpochCommit(t, n, x, s, planned, res.status, {})
+        rows: tuple[dict[str, Any], ...] = ()
+        if t in realise:
+            rows = tuple(epoch_placement_rows(ctx, t, window_placements(m, ctx, t, n), x))
+        out[t] = EpochCommit(t, n, x, s, planned, res.status, {}, rows)
     return out, info
 
 
@@ -205,9 +217,9 @@ def plan_rolling(
         win = epochs[i : i + h]
         dem = forecast_window(coeffs, fc_method, t, win)
         ctx = build_window(coeffs, opts, params, win, dem, inv, state, prep)
-        plans, info = solve_window(ctx)
+        plans, info = solve_window(ctx, place=[t])
         c = plans[t]
-        c = EpochCommit(c.epoch, c.n, c.x, c.s, c.planned, c.status, info)
+        c = EpochCommit(c.epoch, c.n, c.x, c.s, c.planned, c.status, info, c.placements)
         seconds += info["solve_seconds"]
         commits.append(c)
         state = next_state(state, c, ctx.configs, inv, keep)
@@ -269,8 +281,10 @@ def assemble(
     :func:`~neuscale_opt.horizon.evaluate.evaluate_schedule` on the planned demand."""
     rows: list[dict[str, Any]] = []
     uns: list[dict[str, Any]] = []
+    placed: list[dict[str, Any]] = []
     for c in commits:
         rows.extend(commit_rows(c, configs, (groups_of or {}).get(c.epoch)))
+        placed.extend(c.placements)
         uns.extend({"epoch": c.epoch, "bucket": b, "unserved_rps": v} for b, v in sorted(c.s.items()))
     alloc = tidy_allocations(pd.DataFrame(rows, columns=list(ALLOC_COLUMNS))) if rows else empty_allocations()
     unserved = tidy_unserved(pd.DataFrame(uns, columns=["epoch", "bucket", "unserved_rps"]))
@@ -295,6 +309,7 @@ def assemble(
         solve_seconds=0.0,
         allocations=alloc,
         unserved=unserved,
+        placements=tidy_placements(placed),
         totals={},
         options=options,
         penalty_per_req=float(penalty_per_req),

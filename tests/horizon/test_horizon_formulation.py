@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import re
 
+import pyomo.environ as pyo
+import pytest
 from horizon_support import OPTS, ROOT, one_class
+from pyomo.repn import generate_standard_repn
 
+from neuscale_opt.alloc.fixtures import make_coefficients, vpod
 from neuscale_opt.horizon.context import State, build_window
 from neuscale_opt.horizon.model import CONSTRAINT_BUILDERS, build_model, component_ids
 from neuscale_opt.horizon.params import HorizonParams
@@ -16,6 +20,13 @@ DOC = (ROOT / "formulations" / "horizon.md").read_text()
 DOC_IDS: dict[str, set[str]] = {}
 for name, kind in re.findall(r"^#### `(\w+)` \((\w+)\)", DOC, flags=re.M):
     DOC_IDS.setdefault(kind, set()).add(name)
+#: Components built only when something is placed.
+PLACEMENT_ONLY = {"set": {"PLACED_SHAPES"}, "expression": {"placed_vpods"}, "block": {"placement"}}
+PLACEMENT_DOC = (ROOT / "formulations" / "placement.md").read_text()
+_SECTION4 = PLACEMENT_DOC.split("## 4.", 1)[1].split("\n## ", 1)[0]
+PLACEMENT_IDS = set(re.findall(r"^\| `(\w+)` \|", _SECTION4, flags=re.M))
+KINDS = ("set", "variable", "constraint", "expression", "objective", "block")
+V5E, V4 = "tpu-v5e", "tpu-v4"
 
 
 def _full_model():
@@ -33,17 +44,86 @@ def _full_model():
     return build_model(ctx)
 
 
+def _placed_coeffs():
+    """One class on a damaged v5e pod (2-D shapes 4x4 and 2x4) and a v4 pod of two cubes (3-D), plus
+    the counted chip ``x``."""
+    rows = [
+        vpod("x", "A", rate=10, static_w=100, chips=1),
+        vpod(V5E, "A", rate=9, static_w=30, chips=16, shape="4x4", name="e16"),
+        vpod(V5E, "A", rate=4, static_w=20, chips=8, shape="2x4", name="e8"),
+        vpod(V4, "A", rate=2, static_w=10, chips=4, shape="2x2x1", name="c4"),
+    ]
+    pods = {V5E: [((16, 16), [(3, 3)])], V4: [((4, 4, 8), [(0, 0, 0)])]}
+    return make_coefficients(
+        rows, {(t, "A"): 30.0 for t in range(3)}, inventory={"x": 2}, epoch_s=300.0, util_cap=1.0, pods=pods
+    )
+
+
+def _placed_model(placement: str):
+    coeffs = _placed_coeffs()
+    params = HorizonParams(create_energy_j_per_chip=10.0)
+    state = State(epoch=0, n={}, loads={}, inventory={"x": 2.0, V5E: 255.0, V4: 127.0})
+    inv = {(c, t): h for c, h in state.inventory.items() for t in (1, 2)}
+    ctx = build_window(coeffs, OPTS.replace(placement=placement), params, [1, 2], actual_demand(coeffs), inv, state)
+    return build_model(ctx)
+
+
 def test_document_and_model_name_the_same_components():
     ids = component_ids(_full_model())
-    for kind in ("set", "variable", "constraint", "expression", "objective"):
-        assert ids[kind] == DOC_IDS.get(kind, set()), kind
+    for kind in KINDS:
+        assert ids[kind] == DOC_IDS.get(kind, set()) - PLACEMENT_ONLY.get(kind, set()), kind
+
+
+@pytest.mark.parametrize("placement", ["pattern", "exact"])
+def test_document_and_placed_model_name_the_same_components(placement):
+    ids = component_ids(_placed_model(placement))
+    built = component_ids(_full_model())
+    for kind in KINDS:
+        assert ids[kind] | built[kind] == DOC_IDS.get(kind, set()), kind
+        assert PLACEMENT_ONLY.get(kind, set()) <= ids[kind]
+
+
+def test_placement_sub_blocks_match_the_placement_document():
+    built: set[str] = set()
+    for placement in ("pattern", "exact"):
+        m = _placed_model(placement)
+        subs = [b.local_name for b in m.placement.component_objects(pyo.Block, descend_into=False)]
+        assert subs == ["e1", "e2"]
+        for name in subs:
+            built |= {c.local_name for c in getattr(m.placement, name).component_objects((pyo.Var, pyo.Constraint))}
+    assert built == PLACEMENT_IDS
+
+
+def test_placed_vpods_sum_the_groups_of_a_shape_and_epoch():
+    m = _placed_model("pattern")
+    assert sorted(m.PLACED_SHAPES) == [
+        (V4, "2x2x1", 1),
+        (V4, "2x2x1", 2),
+        (V5E, "2x4", 1),
+        (V5E, "2x4", 2),
+        (V5E, "4x4", 1),
+        (V5E, "4x4", 2),
+    ]
+    repn = generate_standard_repn(m.placed_vpods[V5E, "2x4", 2].expr)
+    assert [v.name for v in repn.linear_vars] == ["n_vpods[e8|A,2]"]
+
+
+def test_placement_none_builds_no_placement_component():
+    ids = component_ids(_placed_model("none"))
+    for kind, names in PLACEMENT_ONLY.items():
+        assert not names & ids[kind], kind
 
 
 def test_every_builder_creates_its_component():
     names = {b.__name__.removeprefix("add_") for b in CONSTRAINT_BUILDERS}
-    assert names == DOC_IDS["constraint"]
+    # placement is a block (of per-epoch sub-blocks), the other families are constraints
+    assert names == DOC_IDS["constraint"] | DOC_IDS["block"]
+    for b in CONSTRAINT_BUILDERS:
+        assert b.__doc__.lstrip().startswith("**Constraint Name**: " + b.__name__.removeprefix("add_"))
+        assert f"`{b.__name__}`" in DOC
     ids = component_ids(_full_model())
-    assert names <= ids["constraint"]
+    assert names - {"placement"} <= ids["constraint"]
+    assert "placement" in component_ids(_placed_model("pattern"))["block"]
 
 
 def test_without_coupling_only_the_epoch_families_remain():
