@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from neuscale_opt.cli import main
 
 INSTANCES = Path(__file__).resolve().parents[1] / "instances"
@@ -22,11 +24,15 @@ def test_autoscaler_plan_covers_every_epoch(capsys):
     assert {"forecast_rps", "actual_rps", "chips_by_generation", "energy_j", "cost_usd"} <= set(plan["epochs"][0])
 
 
-def test_rolling_milp_is_feasible_without_a_claimed_bound(capsys):
+def test_rolling_milp_is_feasible_with_the_uncoupled_bound(capsys):
     code = main(["plan", str(INSTANCES / "azure-conv.toml"), "--window", "2", "--json", "-", "--quiet"])
     plan = json.loads(capsys.readouterr().out)
     assert code == 0 and plan["status"] == "feasible"
-    assert plan["bound"] is None and plan["gap"] is None
+    # the bound is the independent epoch MILPs' optimum on the demand the plan covered: below the plan
+    assert 0 < plan["bound"] <= plan["objective_value"] * (1 + 1e-9)
+    assert plan["gap"] == pytest.approx((plan["objective_value"] - plan["bound"]) / plan["objective_value"])
+    forecast = [(e["epoch"], b, v) for e in plan["epochs"] for b, v in e["forecast_rps"].items()]
+    assert forecast
     assert all(abs(e["window_gap"]) <= 1e-6 for e in plan["epochs"] if e["epoch"] > 0)
 
 
