@@ -202,12 +202,22 @@ def write_plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, opti
     from neuscale_opt.report.progress import progress_bar
 
     baselines: dict[str, tuple[Solution, object]] = {}
-    names = [] if args.no_baselines else [m for m in ("greedy", "homogeneous", "unlimited") if m != sol.method]
+    # a horizon plan is compared with the horizon policies (the auto-scalers and the oracle), an
+    # epoch-by-epoch plan with the epoch baselines
+    horizon = any(isinstance(e, dict) and "forecast_rps" in e for e in sol.epochs)
+    pool = (
+        ("neuscale-autoscaler", "homogeneous-autoscaler", "oracle")
+        if horizon
+        else ("greedy", "homogeneous", "unlimited")
+    )
+    names = [] if args.no_baselines else [m for m in pool if m != sol.method]
     with progress_bar(total=len(names), desc="baselines", quiet=args.quiet) as bar:
         for name in names:
-            b = plan(coeffs, options, name)
-            ref = coeffs.with_unlimited_inventory() if name == "unlimited" else coeffs
-            baselines[name] = (b, evaluate(b, ref) if b.has_plan else None)
+            if horizon:
+                b = plan_horizon(inst, name, coeffs=coeffs, window=args.window, forecast=args.forecast, options=options)
+            else:
+                b = plan(coeffs, options, name)
+            baselines[name] = (b, evaluate_any(b, coeffs, inst) if b.has_plan else None)
             bar.update(1)
     ev = evaluate_any(sol, coeffs, inst)
     cset = None

@@ -272,8 +272,12 @@ def build_report(
                     f"evaluator, and its ratio to {plan['method']} (above 1 = worse)."
                     + (
                         " Replayed against the instance's trace (request by request, 30-s vPod creation "
-                        "delay): SLO attainment and output tokens per joule; the unlimited reference "
-                        "holds more chips than the fleet and is not replayed."
+                        "delay): SLO attainment and output tokens per joule"
+                        + (
+                            "; the unlimited reference holds more chips than the fleet and is not replayed."
+                            if "unlimited" in baselines
+                            else "."
+                        )
                         if rp
                         else ""
                     )
