@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from neuscale_opt.alloc.context import EpochContext
 from neuscale_opt.alloc.placement import GroupPlacements, pod_order
-from neuscale_opt.topology.greedy import FirstFitPlacer
+from neuscale_opt.topology.greedy import FirstFitPlacer, place_up_to
 from neuscale_opt.topology.patterns import PodPlacement
 
 EPS = 1e-9
@@ -149,7 +149,7 @@ def _fill(
             if afford < need:
                 exhausted.add(chip)
             if placer is not None and chip in ctx.placement and afford > 0:
-                fits = _place(placer, chip, str(r.placed_shape), afford, placed.setdefault(g, []), unfit)
+                fits = place_up_to(placer, chip, str(r.placed_shape), afford, placed.setdefault(g, []), unfit)
                 blocked |= fits < afford
                 afford = fits
             n[g] += afford
@@ -210,22 +210,6 @@ def _fill(
         placements=pairs,
         unfit=tuple(sorted(unfit)),
     )
-
-
-def _place(
-    placer: FirstFitPlacer, chip: str, shape: str, k: int, into: list[PodPlacement], unfit: set[tuple[str, str]]
-) -> int:
-    """Place up to ``k`` vPods of ``shape`` on ``chip`` one by one (first fit); returns how many fit.
-    A shape that failed once is not tried again in the epoch (nothing is freed while filling)."""
-    if (chip, shape) in unfit:
-        return 0
-    for i in range(k):
-        pp = placer.place(chip, shape)
-        if pp is None:
-            unfit.add((chip, shape))
-            return i
-        into.append(pp)
-    return k
 
 
 def greedy_epoch(ctx: EpochContext) -> EpochPlan:

@@ -144,4 +144,3 @@ def unplaceable_reason(ctx: EpochContext, counts: Mapping[tuple[str, str], int])
             return f"{c} needs {k} x {s} slices but its pods hold at most {most} at once"
     parts = ", ".join(f"{c} {k} x {s}" for (c, s), k in sorted(counts.items()) if c in ctx.placement)
     return f"the slices {parts} fit one at a time but not together in the pods"
-

@@ -35,12 +35,11 @@ from neuscale_opt.alloc.solution import (
     tidy_allocations,
     tidy_placements,
     tidy_unserved,
+    worst_status,
 )
 from neuscale_opt.alloc.solve import solve_model
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import InputError, TimeLimitError
-
-_STATUS_RANK = {"optimal": 0, "feasible": 1, "time_limit": 2, "infeasible": 3}
 
 
 def _rows(ctx: EpochContext, ep: EpochPlan) -> list[dict[str, Any]]:
@@ -102,7 +101,7 @@ def _assemble(
         elif diagnosis is None:
             diagnosis = ep.diagnosis
         epochs.append({"epoch": ctx.epoch, "status": ep.status, **info})
-    status = max((e["status"] for e in epochs), key=_STATUS_RANK.__getitem__, default="optimal")
+    status = worst_status(e["status"] for e in epochs)
     alloc = tidy_allocations(pd.DataFrame(rows, columns=list(ALLOC_COLUMNS))) if rows else empty_allocations()
     unserved = tidy_unserved(pd.DataFrame(uns, columns=["epoch", "bucket", "unserved_rps"]))
     seconds = float(sum(e.get("solve_seconds", 0.0) for e in epochs))

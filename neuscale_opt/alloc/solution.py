@@ -103,6 +103,12 @@ PLACEMENT_COLUMNS: tuple[str, ...] = (
 )
 PLACEMENT_SORT: list[str] = ["epoch", "vpod_group", "vpod"]
 JSON_STATUSES: tuple[str, ...] = ("optimal", "feasible", "time_limit", "infeasible")
+_STATUS_RANK = {s: i for i, s in enumerate(JSON_STATUSES)}
+
+
+def worst_status(statuses) -> str:
+    """The status of a plan made of several solves: the worst of theirs (``optimal`` when none)."""
+    return max(statuses, key=_STATUS_RANK.__getitem__, default="optimal")
 
 
 def stable_float(x: float, digits: int = 10) -> float:

@@ -47,7 +47,7 @@ from neuscale_opt.horizon.context import horizon_options, inventory_dropped
 from neuscale_opt.horizon.params import FLOOR_EPS, HorizonParams
 from neuscale_opt.horizon.placement import view_placement_rows
 from neuscale_opt.horizon.rolling import EpochCommit, actual_demand, assemble, instance_inventory
-from neuscale_opt.topology.greedy import FirstFitPlacer
+from neuscale_opt.topology.greedy import FirstFitPlacer, place_up_to
 from neuscale_opt.topology.patterns import PodPlacement
 
 EPS = 1e-9
@@ -198,7 +198,7 @@ def autoscale(
             for g in kept:  # a floor above the vPods held before (not expected): place the rest, or give way
                 short = ep.n[g] - len(held[g])
                 if short > 0:
-                    got = _place(placer, group_chip[g], str(group_shape[g]), short, held[g], unfit)
+                    got = place_up_to(placer, group_chip[g], str(group_shape[g]), short, held[g], unfit)
                     ep.n[g] -= short - got
                     left[group_chip[g]] += (short - got) * group_w[g]
 
@@ -235,7 +235,7 @@ def autoscale(
                     cap = min(cap, cur + math.floor(left[c] / group_w[g] + 1e-9))
                 new = max(cur, int(math.floor(cap + 1e-9)))
                 if new > cur and placer is not None and c in placed_gens:
-                    new = cur + _place(placer, c, str(group_shape[g]), new - cur, held.setdefault(g, []), unfit)
+                    new = cur + place_up_to(placer, c, str(group_shape[g]), new - cur, held.setdefault(g, []), unfit)
                 if new > cur:
                     left[c] -= (new - cur) * group_w[g]
                     ep.n[g] = new
@@ -266,22 +266,6 @@ def autoscale(
         groups_of=groups_of,
         penalty_per_req=prep.penalty_per_req,
     )
-
-
-def _place(
-    placer: FirstFitPlacer, chip: str, shape: str, k: int, into: list[PodPlacement], unfit: set[tuple[str, str]]
-) -> int:
-    """Place up to ``k`` new vPods of ``shape`` on ``chip`` one by one (first fit); how many fit. A
-    shape that failed once is not tried again in the epoch (nothing is freed while filling)."""
-    if (chip, shape) in unfit:
-        return 0
-    for i in range(k):
-        pp = placer.place(chip, shape)
-        if pp is None:
-            unfit.add((chip, shape))
-            return i
-        into.append(pp)
-    return k
 
 
 def neuscale_autoscaler(

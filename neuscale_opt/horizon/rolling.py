@@ -29,6 +29,7 @@ from neuscale_opt.alloc.solution import (
     tidy_allocations,
     tidy_placements,
     tidy_unserved,
+    worst_status,
 )
 from neuscale_opt.alloc.solve import solve_model
 from neuscale_opt.coefficients import Coefficients
@@ -40,7 +41,6 @@ from neuscale_opt.horizon.params import HorizonParams, inventory_schedule
 from neuscale_opt.horizon.placement import epoch_placement_rows, window_placements
 from neuscale_opt.traces.forecast import forecast
 
-_STATUS_RANK = {"optimal": 0, "feasible": 1, "time_limit": 2, "infeasible": 3}
 ROW_FIELDS = ("bucket", "phase", "chip", "shape", "chips_per_vpod", "tp", "pp", "ep", "batch", "vpod_type", "config_id")
 
 
@@ -294,7 +294,7 @@ def assemble(
     )
     if penalty_per_req is None:
         penalty_per_req = prepare(coeffs, options).penalty_per_req
-    status = max((c.status for c in commits), key=_STATUS_RANK.__getitem__, default="optimal")
+    status = worst_status(c.status for c in commits)
     if solver is None and status == "optimal":
         # every window was solved to optimality, but the committed schedule is not proven optimal
         # for the horizon (later windows see demand the earlier ones did not): no bound, no gap

@@ -99,3 +99,20 @@ def first_fit(
                 break
             out.append(pp)
     return out, left
+
+
+def place_up_to(
+    placer: FirstFitPlacer, chip: str, shape: str, k: int, into: list[PodPlacement], unfit: set[tuple[str, str]]
+) -> int:
+    """Place up to ``k`` vPods of ``shape`` on ``chip`` one by one (first fit) into ``into``; returns
+    how many fit. A shape that failed once is recorded in ``unfit`` and not tried again (nothing is
+    freed while a plan is being filled)."""
+    if (chip, shape) in unfit:
+        return 0
+    for i in range(k):
+        pp = placer.place(chip, shape)
+        if pp is None:
+            unfit.add((chip, shape))
+            return i
+        into.append(pp)
+    return k
