@@ -9,15 +9,17 @@ in ``instances/README.md``.
 from __future__ import annotations
 
 import math
-import tomllib
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from neuscale_opt.catalog import DTYPE_BYTES, ENERGY_PROFILES, load_chips, load_models
 from neuscale_opt.errors import InputError
+from neuscale_opt.readers import check_path, read_toml
+from neuscale_opt.schema import Frozen
 from neuscale_opt.traces.spec import BucketSpec, TraceSpec
 
 Objective = Literal["energy", "cost", "carbon"]
@@ -25,10 +27,14 @@ Phase = Literal["colocated", "prefill", "decode"]
 SloMetric = Literal["ttft", "tpot", "e2e"]
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: Most epochs an instance may plan (``epochs.horizon``) and highest epoch a row may name: 100,000
+#: five-minute epochs are about a year, far beyond any planning horizon, and keep per-epoch arrays
+#: (epochs x classes x sub-windows) in memory.
+MAX_EPOCHS = 100_000
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Frozen(Frozen):
+    """The boundary rules of :class:`neuscale_opt.schema.Frozen`."""
 
 
 class ModelChoice(_Frozen):
@@ -141,7 +147,7 @@ class RequestClass(_Frozen):
 class DemandRow(_Frozen):
     """Explicit demand: requests/s of one class in one epoch."""
 
-    epoch: int = Field(ge=0)
+    epoch: int = Field(ge=0, lt=MAX_EPOCHS)
     bucket: str
     rate_rps: float = Field(ge=0)
 
@@ -221,8 +227,12 @@ class Slo(_Frozen):
 
 
 class Epochs(_Frozen):
+    """Epoch length and, optionally, how many epochs are planned (at most :data:`MAX_EPOCHS`).
+    With ``horizon`` given, a trace is cut to ``horizon x length_s`` seconds, and planning, the
+    evaluation and the replay all cover exactly epochs ``0 .. horizon - 1``."""
+
     length_s: float = Field(default=300.0, gt=0)
-    horizon: int | None = Field(default=None, gt=0)
+    horizon: int | None = Field(default=None, gt=0, le=MAX_EPOCHS)
 
 
 class Energy(_Frozen):
@@ -311,7 +321,7 @@ class InventoryEvent(_Frozen):
     ``epoch`` on; the inventory of every later epoch is the fleet's healthy chips plus the sum of
     the events so far."""
 
-    epoch: int = Field(ge=0)
+    epoch: int = Field(ge=0, lt=MAX_EPOCHS)
     chip: str
     delta_chips: int
     note: str = ""
@@ -351,6 +361,15 @@ class Instance(_Frozen):
             if level[ev.chip] < 0:
                 raise ValueError(
                     f"inventory_events: {ev.chip} would have {level[ev.chip]} chips from epoch {ev.epoch} on"
+                )
+        horizon = self.epochs.horizon
+        if horizon is not None:
+            beyond = sorted({d.epoch for d in self.workload.demand if d.epoch >= horizon})
+            if beyond:
+                shown = ", ".join(map(str, beyond[:8])) + (" ..." if len(beyond) > 8 else "")
+                raise ValueError(
+                    f"workload.demand: rows for epoch(s) {shown} lie beyond epochs.horizon = {horizon} "
+                    f"(epochs 0 .. {horizon - 1} are planned); raise the horizon or drop the rows"
                 )
         return self
 
@@ -410,6 +429,8 @@ def format_validation_error(exc: ValidationError) -> str:
             msg = msg[len("Value error, ") :]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif err["type"] == "finite_number":
+            msg = "must be a finite number"
         msgs.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(msgs)
 
@@ -421,29 +442,99 @@ def parse_instance(data: dict, where: str = "<instance>") -> Instance:
         raise InputError(format_validation_error(exc), where=where) from None
 
 
+def _instances_root() -> Path:
+    return Path(str(resources.files("neuscale_opt.instances")))
+
+
 def default_instance_path() -> Path:
     """The embedded default instance (``instances/default.toml``, shipped inside the package)."""
-    return Path(str(resources.files("neuscale_opt.instances").joinpath("default.toml")))
+    return _instances_root() / "default.toml"
 
 
-def load_instance(path: str | Path | None = None) -> Instance:
-    """Read and validate an instance file; ``None`` loads the embedded default."""
-    p = default_instance_path() if path is None else Path(path)
-    where = str(path) if path is not None else "default.toml"
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError("no such file", where=where) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not an instance file", where=where) from None
-    except OSError as exc:
-        raise InputError(f"cannot read ({exc.strerror})", where=where) from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", where=where) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"malformed TOML: {exc}", where=where) from None
+def shipped_instances() -> dict[str, Path]:
+    """The instances shipped with the package by name: the file's path below ``instances/``
+    without ``.toml`` (``small``, ``horizon/azure-code``, ``alloc/two_gens``), sorted."""
+    root = _instances_root()
+    files = sorted([*root.glob("*.toml"), *root.glob("*/*.toml")])
+    return {p.relative_to(root).with_suffix("").as_posix(): p for p in files}
+
+
+def resolve_instance_path(path: str | Path | None) -> tuple[Path, str]:
+    """The file an instance argument names, and the name used in messages.
+
+    ``None`` is the embedded default; an existing path is that file; otherwise a shipped name
+    (``small``, ``small.toml``, ``horizon/azure-code``) is the shipped file. Anything else is
+    "no such file" (with the shipped names, when the argument looks like a name).
+    """
+    if path is None:
+        return default_instance_path(), "default.toml"
+    text = os.fspath(path)
+    if "\0" in text:
+        check_path(text)  # refuses it with the one-line NUL message
+    p = Path(text)
+    if text and not p.exists():
+        shipped = shipped_instances()
+        key = text[: -len(".toml")] if text.endswith(".toml") else text
+        if key in shipped:
+            return shipped[key], text
+    return p, text
+
+
+def load_instance(path: str | Path | None = None, *, profile: bool = False):
+    """Read and validate an instance; ``None`` loads the embedded default, a shipped name
+    (``small``) the shipped file (see :func:`resolve_instance_path`).
+
+    The one loader of every command. The file is read by :mod:`neuscale_opt.readers` (regular
+    files only, size cap, strict UTF-8, bounded nesting) and the files it references (the trace)
+    must exist and be regular files. ``profile=True`` also accepts what ``plan`` plans without
+    roofline coefficients: a profile instance (a TOML with a ``[profile]`` table, as
+    ``import-melange`` writes) or a Mélange JSON configuration; both are returned as a
+    :class:`~neuscale_opt.alloc.melange.ProfileInstance`. Otherwise the result is an
+    :class:`Instance`.
+    """
+    p, where = resolve_instance_path(path)
+    if p.suffix.lower() == ".json":
+        if not profile:
+            raise InputError("a Mélange configuration (JSON): this command needs an instance TOML", where=where)
+        from neuscale_opt.alloc.melange import load_melange, melange_to_profile
+
+        return melange_to_profile(load_melange(p, where=where), name=p.stem)
+    data = read_toml(p, where)
+    if "profile" in data:
+        if not profile:
+            raise InputError(
+                "a profile instance ([profile] tables of measured rates): only plan, evaluate and validate "
+                "read it; this command needs a roofline instance",
+                where=where,
+            )
+        from neuscale_opt.alloc.melange import parse_profile_instance
+
+        return parse_profile_instance(data, where=where)
     inst = parse_instance(data, where=where)
     inst._path = p.resolve()
+    check_referenced_files(inst, where)
     return inst
+
+
+def check_referenced_files(inst: Instance, where: str) -> None:
+    """The files an instance names (``workload.trace.path``) exist and are regular files.
+
+    A relative path is resolved against the instance file's folder; when it is missing there (an
+    instance copied without its data), the message says so and names ``neuscale-opt init``, which
+    copies a shipped instance together with its data.
+    """
+    trace = inst.workload.trace
+    if trace is None:
+        return
+    text = trace.path
+    if "\0" in text:
+        raise InputError("the path contains a NUL byte", where=f"{where}: workload.trace.path")
+    p = Path(text)
+    full = p if p.is_absolute() else inst.base_dir / p
+    if not full.exists() and not p.is_absolute():
+        raise InputError(
+            f"{text}: no such file (relative paths are read from the instance's folder {inst.base_dir}); "
+            "copy an instance with its data by `neuscale-opt init NAME DIR`, or give an absolute path",
+            where=f"{where}: workload.trace.path",
+        )
+    check_path(full, where=f"{where}: workload.trace.path {text}")

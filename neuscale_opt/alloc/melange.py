@@ -39,19 +39,20 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import InputError
+from neuscale_opt.readers import read_json, read_toml
+from neuscale_opt.schema import Frozen
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Frozen(Frozen):
+    """The boundary rules of :class:`neuscale_opt.schema.Frozen`."""
 
 
 def _fmt_error(exc: ValidationError) -> str:
@@ -61,6 +62,8 @@ def _fmt_error(exc: ValidationError) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif err["type"] == "finite_number":
+            msg = "must be a finite number"
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)
 
@@ -98,17 +101,16 @@ class MelangeConfig(_Frozen):
         return self
 
 
-def load_melange(path: str | Path) -> MelangeConfig:
-    """Read and validate a Mélange JSON configuration (errors name the file and the field)."""
-    where = str(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("no such file", where=where) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON: {exc.msg} (line {exc.lineno})", where=where) from None
-    except OSError as exc:
-        raise InputError(f"cannot read ({exc.strerror})", where=where) from None
+def load_melange(path: str | Path, where: str | None = None) -> MelangeConfig:
+    """Read and validate a Mélange JSON configuration (errors name the file and the field).
+
+    Read by :mod:`neuscale_opt.readers`: a regular file within the size cap, strict UTF-8 (Latin-1
+    bytes are refused with their offset), bounded nesting; JSON's ``Infinity``/``NaN`` are refused
+    by the field that holds them."""
+    where = where or str(path)
+    data = read_json(path, where)
+    if not isinstance(data, dict):
+        raise InputError("a Mélange configuration is a JSON object (gpu_info, workload_distribution, ...)", where=where)
     try:
         return MelangeConfig.model_validate(data)
     except ValidationError as exc:
@@ -231,14 +233,38 @@ def parse_profile_instance(data: dict[str, Any], where: str = "<profile instance
 
 
 def load_profile_instance(path: str | Path) -> ProfileInstance:
+    """Read a profile instance TOML (by :mod:`neuscale_opt.readers`)."""
     where = str(path)
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("no such file", where=where) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"malformed TOML: {exc}", where=where) from None
-    return parse_profile_instance(data, where=where)
+    return parse_profile_instance(read_toml(path, where), where=where)
+
+
+#: Columns of the configurations of a profile instance (kept when no accelerator serves anything,
+#: so that an infeasible profile is diagnosed by the planner instead of refused as malformed).
+PROFILE_CONFIG_COLUMNS: tuple[str, ...] = (
+    "config_id",
+    "vpod_type",
+    "bucket",
+    "phase",
+    "chip",
+    "shape",
+    "chips_per_vpod",
+    "tp",
+    "pp",
+    "ep",
+    "batch",
+    "max_rate_rps",
+    "dyn_energy_j_per_req",
+    "static_power_w",
+    "price_usd_per_hour",
+    "embodied_kg_per_hour",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "bound",
+    "kv_bytes_per_req",
+    "energy_j_per_req",
+    "cost_usd_per_req",
+)
 
 
 def profile_coefficients(inst: ProfileInstance) -> Coefficients:
@@ -278,7 +304,7 @@ def profile_coefficients(inst: ProfileInstance) -> Coefficients:
                     "cost_usd_per_req": float(a.price_usd_per_hour) / 3600.0 / mu,
                 }
             )
-    configs = pd.DataFrame(rows)
+    configs = pd.DataFrame(rows, columns=PROFILE_CONFIG_COLUMNS)
     buckets = pd.DataFrame(
         {
             "bucket": [c.name for c in p.classes],

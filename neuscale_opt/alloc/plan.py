@@ -11,7 +11,8 @@
 Statuses: ``optimal`` (MILP proven within the gap), ``time_limit`` (MILP stopped with an
 incumbent, its gap reported), ``feasible`` (heuristic plan), ``infeasible`` (with a one-line
 diagnosis). A MILP stopped without any incumbent raises :class:`~neuscale_opt.errors.TimeLimitError`.
-Over several epochs the worst status wins, objective and bound are summed.
+Over several epochs the worst status wins, objective and bound are summed; a plan the independent
+evaluator finds infeasible is ``infeasible`` whatever the solver said (:func:`verdict_status`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from neuscale_opt.alloc.solution import (
     tidy_allocations,
     tidy_placements,
     tidy_unserved,
+    verdict_status,
     worst_status,
 )
 from neuscale_opt.alloc.solve import solve_model
@@ -127,6 +129,8 @@ def _assemble(
     if status == "infeasible":
         return draft
     ev = evaluate(draft, coeffs)
+    if not ev.feasible:  # a plan is feasible/optimal only if the independent evaluator agrees
+        return Solution(**{**draft.__dict__, **verdict_status(draft, ev.violations), "totals": ev.totals})
     if use_solver_objective:
         obj = float(sum(e["objective_value"] for e in epochs))
         bound = float(sum(e["bound"] for e in epochs))

@@ -111,6 +111,20 @@ def worst_status(statuses) -> str:
     return max(statuses, key=_STATUS_RANK.__getitem__, default="optimal")
 
 
+def verdict_status(solution: Any, violations: Any) -> dict[str, Any]:
+    """Status and diagnosis of a plan once the independent evaluator has checked it: the worst of
+    the solver's status and the evaluator's verdict (``infeasible`` when it found violations),
+    the violations as the one-line diagnosis when the plan had none."""
+    found = [str(v) for v in violations]
+    if not found:
+        return {"status": solution.status, "diagnosis": solution.diagnosis}
+    shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+    return {
+        "status": worst_status((solution.status, "infeasible")),
+        "diagnosis": solution.diagnosis or f"the independent evaluation finds the plan infeasible: {shown}",
+    }
+
+
 def stable_float(x: float, digits: int = 10) -> float:
     """``x`` rounded to ``digits`` significant digits (solver noise below that is dropped), and
     ``-0.0`` folded to ``0.0``, so that the same plan prints the same bytes."""

@@ -265,6 +265,7 @@ def autoscale(
         meta,
         groups_of=groups_of,
         penalty_per_req=prep.penalty_per_req,
+        verdict_options=options,
     )
 
 

@@ -29,6 +29,7 @@ from neuscale_opt.alloc.solution import (
     tidy_allocations,
     tidy_placements,
     tidy_unserved,
+    verdict_status,
     worst_status,
 )
 from neuscale_opt.alloc.solve import solve_model
@@ -187,7 +188,7 @@ def plan_full(
     if progress is not None:
         progress(len(epochs))
     meta = {"window": len(epochs), "forecast": "oracle" if demand is None else "given", "solves": 1}
-    return assemble(method, coeffs, opts, params, ctx.configs, commits, inv, meta, solver=info)
+    return assemble(method, coeffs, opts, params, ctx.configs, commits, inv, meta, solver=info, verdict_options=options)
 
 
 def plan_rolling(
@@ -227,7 +228,7 @@ def plan_rolling(
             progress(1)
     meta = {"window": h, "forecast": fc_method, "solves": len(epochs)}
     configs = ctx.configs if ctx is not None else prep.configs
-    return assemble(method, coeffs, opts, params, configs, commits, inv, meta)
+    return assemble(method, coeffs, opts, params, configs, commits, inv, meta, verdict_options=options)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,9 +277,13 @@ def assemble(
     solver: dict[str, Any] | None = None,
     groups_of: dict[int, dict[str, str]] | None = None,
     penalty_per_req: float | None = None,
+    verdict_options: PlanOptions | None = None,
 ) -> Solution:
     """Committed epochs -> :class:`Solution` with totals and epoch summaries from
-    :func:`~neuscale_opt.horizon.evaluate.evaluate_schedule` on the planned demand."""
+    :func:`~neuscale_opt.horizon.evaluate.evaluate_schedule` on the planned demand.
+
+    ``verdict_options`` (the user's options, before :func:`horizon_options`) are those the plan is
+    judged by: unserved demand the user did not allow makes the plan ``infeasible``."""
     rows: list[dict[str, Any]] = []
     uns: list[dict[str, Any]] = []
     placed: list[dict[str, Any]] = []
@@ -316,6 +321,8 @@ def assemble(
         backend=options.backend if method in ("milp", "oracle") else None,
     )
     ev = evaluate_schedule(draft, coeffs, params, demand=planned, inventory=inventory)
+    if not ev.feasible:  # the worst of the solver's status and the independent evaluator's verdict
+        draft = Solution(**{**draft.__dict__, **verdict_status(draft, ev.violations)})
     actual = actual_demand(coeffs)
     chip_cols = [c for c in ev.by_epoch.columns if c.startswith("chips_")]
     epochs_out = []

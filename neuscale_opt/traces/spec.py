@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from neuscale_opt.schema import Frozen
 
 TraceFormat = Literal["azure", "mooncake", "burstgpt", "generic", "rate-series"]
 Representative = Literal["mean", "upper", "p50", "p90", "p99"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Frozen(Frozen):
+    """The boundary rules of :class:`neuscale_opt.schema.Frozen`."""
 
 
 class ColumnMap(_Frozen):
