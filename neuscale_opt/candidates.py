@@ -258,9 +258,7 @@ def evaluate_grid(
     if "prefill" in want:
         pre = step_cost(model, hw_g, tp[k_idx], pp[k_idx], ep[k_idx], B, s_in[b_idx], 0.0, nodes=nodes[k_idx])
     if "colocated" in want:
-        pre1_small = step_cost(
-            model, take(hw_k, k1), tp[k1], pp[k1], ep[k1], 1.0, s_in[b1], 0.0, nodes=nodes[k1]
-        )
+        pre1_small = step_cost(model, take(hw_k, k1), tp[k1], pp[k1], ep[k1], 1.0, s_in[b1], 0.0, nodes=nodes[k1])
         # expand kind x bucket -> kind x bucket x batch
         g = k_idx * nb + b_idx
 
@@ -456,7 +454,25 @@ def instance_trace(inst: Instance) -> pd.DataFrame:
     w = inst.workload
     if w.trace is None:
         raise InputError("the instance has explicit classes and no trace", where="workload.trace")
-    return scale_trace(load_trace(w.trace, inst.base_dir), w.rate_scale)
+    trace = scale_trace(load_trace(w.trace, inst.base_dir), w.rate_scale)
+    return cut_to_horizon(trace, inst)
+
+
+def cut_to_horizon(trace: pd.DataFrame, inst: Instance) -> pd.DataFrame:
+    """The requests inside the planned epochs: with ``epochs.horizon`` = E, those arriving before
+    ``E x length_s`` (planning, evaluation and replay then all cover epochs 0 .. E-1). The rows
+    left out are counted in ``attrs["rows_beyond_horizon"]``."""
+    horizon = inst.epochs.horizon
+    keep = np.ones(len(trace), dtype=bool)
+    if horizon is not None:
+        end_s = horizon * inst.epochs.length_s
+        keep = trace["arrival_s"].to_numpy(np.float64) < end_s
+    out = trace if keep.all() else trace.loc[keep].reset_index(drop=True)
+    out.attrs = dict(trace.attrs)
+    if horizon is not None and not keep.all():
+        out.attrs["horizon_s"] = min(float(trace.attrs.get("horizon_s", end_s)), end_s)
+    out.attrs["rows_beyond_horizon"] = int((~keep).sum())
+    return out
 
 
 def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -19,7 +19,7 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from neuscale_opt.catalog import DTYPE_BYTES, ENERGY_PROFILES, load_chips, load_models
 from neuscale_opt.errors import InputError
 from neuscale_opt.readers import check_path, read_toml
-from neuscale_opt.schema import Frozen
+from neuscale_opt.schema import MAX_EPOCHS, Frozen
 from neuscale_opt.traces.spec import BucketSpec, TraceSpec
 
 Objective = Literal["energy", "cost", "carbon"]
@@ -27,10 +27,6 @@ Phase = Literal["colocated", "prefill", "decode"]
 SloMetric = Literal["ttft", "tpot", "e2e"]
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-#: Most epochs an instance may plan (``epochs.horizon``) and highest epoch a row may name: 100,000
-#: five-minute epochs are about a year, far beyond any planning horizon, and keep per-epoch arrays
-#: (epochs x classes x sub-windows) in memory.
-MAX_EPOCHS = 100_000
 
 
 class _Frozen(Frozen):

@@ -21,6 +21,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
+#: Most epochs an instance may plan (``epochs.horizon``) and highest epoch a row may name: 100,000
+#: five-minute epochs are about a year, far beyond any planning horizon, and keep per-epoch arrays
+#: (epochs x classes x sub-windows) in memory.
+MAX_EPOCHS = 100_000
+#: Most cells (epochs x sub-windows x classes) of the per-epoch demand arrays built from a trace:
+#: 50 million int64 counts are 400 MB, the most a planning run should hold for them.
+MAX_DEMAND_CELLS = 50_000_000
+
 #: Message of a boolean given where a number (or a string) is expected.
 BOOL_NOT_NUMBER = "must be a number, not a boolean (true/false)"
 

@@ -154,7 +154,12 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     uns = solution.unserved
     uns_map = {(int(r.epoch), str(r.bucket)): float(r.unserved_rps) for r in uns.itertuples()}
     if uns_map and not opts.allow_unserved and any(v > 0 for v in uns_map.values()):
-        violations.append("plan leaves demand unserved but unserved demand is not allowed")
+        short = sorted({e for (e, _b), v in uns_map.items() if v > 0})
+        shown = ", ".join(map(str, short[:8])) + (" ..." if len(short) > 8 else "")
+        violations.append(
+            f"plan leaves {sum(uns_map.values()):.4g} req/s unserved in epoch(s) {shown} but unserved demand "
+            "is not allowed"
+        )
     served = rows.groupby(["epoch", "bucket", "phase"])["rate_rps"].sum()
     for d in coeffs.demand.itertuples():
         rate = float(d.rate_rps)

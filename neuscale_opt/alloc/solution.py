@@ -111,6 +111,57 @@ def worst_status(statuses) -> str:
     return max(statuses, key=_STATUS_RANK.__getitem__, default="optimal")
 
 
+#: Integer fields of a plan row, and those of them that must be at least 1.
+PLAN_INT_FIELDS: tuple[str, ...] = ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods")
+PLAN_POSITIVE_FIELDS: tuple[str, ...] = ("chips_per_vpod", "tp", "pp", "ep", "batch")
+
+
+def as_count(v: Any) -> int | None:
+    """``v`` as an int when it is an integer (``3`` or ``3.0``), else None (``1.5``, ``inf``,
+    strings and booleans are not counts)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        return int(v)
+    return None
+
+
+def plan_row_numbers(at: str, r: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """The number rules of one plan row (``at`` names it, e.g. ``allocations[3]``): counts are
+    integers (no fractions, no booleans), non-negative, the structural ones at least 1, the epoch
+    below :data:`~neuscale_opt.schema.MAX_EPOCHS`; ``rate_rps`` a finite number >= 0. Returns the
+    problems (one per field) and the row with counts as ``int`` and the rate as ``float``."""
+    from neuscale_opt.schema import MAX_EPOCHS
+
+    probs: list[str] = []
+    row = dict(r)
+    for f in PLAN_INT_FIELDS:
+        if f not in r:
+            continue
+        v = as_count(r[f])
+        if v is None:
+            probs.append(f"{at}.{f}: {r[f]!r} is not an integer")
+        elif v < 0:
+            probs.append(f"{at}.{f}: negative ({v})")
+        elif f in PLAN_POSITIVE_FIELDS and v == 0:
+            probs.append(f"{at}.{f}: must be >= 1")
+        elif f == "epoch" and v >= MAX_EPOCHS:
+            probs.append(f"{at}.epoch: {v} is beyond the {MAX_EPOCHS} epochs a plan may have")
+        else:
+            row[f] = v
+    if "rate_rps" in r:
+        rate = r["rate_rps"]
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate):
+            probs.append(f"{at}.rate_rps: {rate!r} is not a finite number")
+        elif rate < 0:
+            probs.append(f"{at}.rate_rps: negative ({rate})")
+        else:
+            row["rate_rps"] = float(rate)
+    return probs, row
+
+
 def verdict_status(solution: Any, violations: Any) -> dict[str, Any]:
     """Status and diagnosis of a plan once the independent evaluator has checked it: the worst of
     the solver's status and the evaluator's verdict (``infeasible`` when it found violations),
@@ -303,17 +354,17 @@ def solution_from_dict(d: dict[str, Any], options: PlanOptions, where: str = "pl
         raise InputError(str(exc), where=where) from None
     need = PLAN_ROW_FIELDS
     rows = []
+    problems: list[str] = []
     for i, r in enumerate(d["allocations"]):
         miss = [k for k in need if not isinstance(r, dict) or k not in r]
         if miss:
-            raise InputError(f"allocations[{i}]: missing {', '.join(miss)}", where=where)
-        try:
-            row = {k: r[k] for k in need}
-            for k in ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods"):
-                row[k] = int(row[k])
-            row["rate_rps"] = float(row["rate_rps"])
-        except (TypeError, ValueError):
-            raise InputError(f"allocations[{i}]: a count or rate is not a number", where=where) from None
+            problems.append(f"allocations[{i}]: missing {', '.join(miss)}")
+            continue
+        probs, checked = plan_row_numbers(f"allocations[{i}]", {k: r[k] for k in need})
+        problems.extend(probs)
+        if probs:
+            continue
+        row = checked
         vt = r.get("vpod_type") or (
             f"{row['chip']}:{row['shape']}:tp{row['tp']}pp{row['pp']}ep{row['ep']}:b{row['batch']}:{row['phase']}"
         )
@@ -322,26 +373,50 @@ def solution_from_dict(d: dict[str, Any], options: PlanOptions, where: str = "pl
             vpod_type=vt, config_id=cid, vpod_group=r.get("vpod_group") or (vt if opts.variant == "pooled" else cid)
         )
         rows.append(row)
+    if problems:
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        raise InputError("; ".join(problems[:5]) + more, where=where)
     alloc = tidy_allocations(pd.DataFrame(rows, columns=list(ALLOC_COLUMNS))) if rows else empty_allocations()
     uns = d.get("unserved") or []
+    if not isinstance(uns, list) or not all(isinstance(u, dict) for u in uns):
+        raise InputError("unserved: must be a list of {epoch, bucket, unserved_rps} rows", where=where)
+    for i, u in enumerate(uns):
+        probs, _ = plan_row_numbers(f"unserved[{i}]", {k: u[k] for k in ("epoch",) if k in u})
+        rate = u.get("unserved_rps")
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate < 0:
+            probs.append(f"unserved[{i}].unserved_rps: {rate!r} is not a finite number >= 0")
+        if probs:
+            raise InputError("; ".join(probs), where=where)
     unserved = tidy_unserved(pd.DataFrame(uns, columns=list(UNSERVED_COLUMNS))) if uns else empty_unserved()
     try:
         placements = tidy_placements(list(d.get("placements") or []))
     except (KeyError, TypeError, ValueError):
         raise InputError("placements: rows do not follow the contract", where=where) from None
-    penalty = d.get("unserved_penalty_per_req")
+    status = d.get("status", "feasible")
+    if status not in JSON_STATUSES:
+        raise InputError(f"status: {status!r} is not one of {', '.join(JSON_STATUSES)}", where=where)
+
+    def number(key: str, default: float) -> float:
+        v = d.get(key)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise InputError(f"{key}: {v!r} is not a number", where=where)
+        return float(v)
+
+    penalty = number("unserved_penalty_per_req", float(opts.unserved_penalty or 0.0))
     return Solution(
         method=str(d.get("method", "external")),
-        status=str(d.get("status", "feasible")),
+        status=str(status),
         objective=opts.objective,
-        objective_value=float(d.get("objective_value") or math.nan),
-        bound=float(d.get("bound") or math.nan),
-        gap=float(d.get("gap") or math.nan),
-        solve_seconds=float(d.get("solve_seconds") or 0.0),
+        objective_value=number("objective_value", math.nan),
+        bound=number("bound", math.nan),
+        gap=number("gap", math.nan),
+        solve_seconds=number("solve_seconds", 0.0),
         allocations=alloc,
         unserved=unserved,
         totals={},
         options=opts,
-        penalty_per_req=float(penalty if penalty is not None else (opts.unserved_penalty or 0.0)),
+        penalty_per_req=penalty,
         placements=placements,
     )

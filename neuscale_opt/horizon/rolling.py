@@ -321,8 +321,14 @@ def assemble(
         backend=options.backend if method in ("milp", "oracle") else None,
     )
     ev = evaluate_schedule(draft, coeffs, params, demand=planned, inventory=inventory)
-    if not ev.feasible:  # the worst of the solver's status and the independent evaluator's verdict
-        draft = Solution(**{**draft.__dict__, **verdict_status(draft, ev.violations)})
+    # the status is the worst of the solver's and the independent evaluator's verdict under the
+    # user's options (the horizon model itself always prices unserved demand, see horizon_options)
+    verdict = ev
+    if verdict_options is not None and verdict_options != options:
+        judged = Solution(**{**draft.__dict__, "options": verdict_options})
+        verdict = evaluate_schedule(judged, coeffs, params, demand=planned, inventory=inventory)
+    if not verdict.feasible:
+        draft = Solution(**{**draft.__dict__, **verdict_status(draft, verdict.violations)})
     actual = actual_demand(coeffs)
     chip_cols = [c for c in ev.by_epoch.columns if c.startswith("chips_")]
     epochs_out = []

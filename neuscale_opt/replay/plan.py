@@ -28,7 +28,6 @@ one line naming the file and the field):
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,14 +36,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from neuscale_opt.alloc.solution import PLAN_ROW_FIELDS
+from neuscale_opt.alloc.solution import PLAN_ROW_FIELDS, plan_row_numbers
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import Instance
+from neuscale_opt.readers import read_json
 
 REQUIRED_FIELDS: tuple[str, ...] = tuple(f for f in PLAN_ROW_FIELDS if f != "rate_rps")
-INT_FIELDS: tuple[str, ...] = ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods")
-POSITIVE_FIELDS: tuple[str, ...] = ("chips_per_vpod", "tp", "pp", "ep", "batch")
 TYPE_FIELDS: tuple[str, ...] = ("chip", "shape", "tp", "pp", "ep", "batch", "phase")
 PHASES: tuple[str, ...] = ("colocated", "prefill", "decode")
 MAX_LISTED = 5  # problems spelled out in the one-line message; the rest are counted
@@ -108,32 +106,10 @@ def _read(src: str | Path | dict) -> tuple[dict, str]:
     if isinstance(src, dict):
         return src, "<plan>"
     where = str(src)
-    try:
-        text = Path(src).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such file", where=where) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a plan file", where=where) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read ({exc})", where=where) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", where=where) from None
+    data = read_json(src, where)  # regular file, size cap, strict UTF-8, bounded nesting
     if not isinstance(data, dict):
         raise InputError("the plan must be a JSON object with an 'allocations' list", where=where)
     return data, where
-
-
-def _as_int(v: Any) -> int | None:
-    """``v`` as an int when it is an integer (``3`` or ``3.0``), else None (bools are not counts)."""
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and math.isfinite(v) and v == int(v):
-        return int(v)
-    return None
 
 
 def _parse_shape(s: Any) -> tuple[int, ...] | None:
@@ -174,27 +150,10 @@ def _check_row(i: int, r: Any, inst: Instance, buckets: set[str]) -> tuple[list[
     at = f"allocations[{i}]"
     if not isinstance(r, dict):
         return [f"{at}: not an object"], None
-    probs: list[str] = []
     missing = [f for f in REQUIRED_FIELDS if f not in r]
     if missing:
         return [f"{at}: missing {', '.join(missing)}"], None
-    row = dict(r)
-    for f in INT_FIELDS:
-        v = _as_int(r[f])
-        if v is None:
-            probs.append(f"{at}.{f}: {r[f]!r} is not an integer")
-            continue
-        if v < 0:
-            probs.append(f"{at}.{f}: negative ({v})")
-        elif f in POSITIVE_FIELDS and v == 0:
-            probs.append(f"{at}.{f}: must be >= 1")
-        row[f] = v
-    if "rate_rps" in r:
-        rate = r["rate_rps"]
-        if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate):
-            probs.append(f"{at}.rate_rps: {rate!r} is not a number")
-        elif rate < 0:
-            probs.append(f"{at}.rate_rps: negative ({rate})")
+    probs, row = plan_row_numbers(at, r)
     if r["phase"] not in PHASES:
         probs.append(f"{at}.phase: unknown phase {r['phase']!r} (colocated, prefill or decode)")
     if r["chip"] not in inst.chip_names:

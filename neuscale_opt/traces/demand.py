@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from neuscale_opt.errors import InputError
+from neuscale_opt.schema import MAX_DEMAND_CELLS, MAX_EPOCHS
 from neuscale_opt.traces.buckets import bucket_codes, bucket_names
 from neuscale_opt.traces.spec import BucketSpec
 
@@ -77,6 +78,25 @@ def _subwindows(epoch_s: float, subwindow_s: float) -> int:
     return int(n)
 
 
+def check_epoch_count(n_epochs: int, epoch_s: float, span_s: float, cells: int = 0) -> None:
+    """Refuse, before any per-epoch array is allocated, a span that holds more than
+    :data:`~neuscale_opt.schema.MAX_EPOCHS` epochs, or arrays of more than
+    :data:`~neuscale_opt.schema.MAX_DEMAND_CELLS` cells (a trace spanning decades, an epoch of a
+    microsecond, a sub-window far shorter than the epoch)."""
+    if n_epochs > MAX_EPOCHS:
+        raise InputError(
+            f"the trace spans {span_s:.6g} s = {n_epochs} epochs of {epoch_s:g} s, more than the {MAX_EPOCHS} "
+            "epochs a plan may have; use longer epochs or cut the trace (start_s, duration_s, epochs.horizon)",
+            where="demand",
+        )
+    if cells > MAX_DEMAND_CELLS:
+        raise InputError(
+            f"{n_epochs} epochs x sub-windows x classes = {cells} cells, more than {MAX_DEMAND_CELLS}; "
+            "use longer sub-windows or fewer epochs",
+            where="demand",
+        )
+
+
 def epoch_demand(
     trace: pd.DataFrame,
     spec: BucketSpec | None,
@@ -114,6 +134,7 @@ def epoch_demand(
         if n_ep == 0:
             raise InputError(f"the horizon ({h:g} s) is shorter than one epoch ({epoch_s:g} s)", where="demand")
     n_ep = max(n_ep, 1)
+    check_epoch_count(n_ep, epoch_s, h, cells=n_ep * n_sub * nb)
 
     t = t[keep]
     codes = (bucket_codes(trace, spec) if spec is not None else np.zeros(len(keep), np.int64))[keep]

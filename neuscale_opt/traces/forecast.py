@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from neuscale_opt.errors import InputError
+from neuscale_opt.schema import MAX_EPOCHS
 from neuscale_opt.traces.demand import demand_matrix
 
 Target = Literal["peak_rps", "mean_rps"]
@@ -181,8 +182,8 @@ def forecast(
     parameters, ``target`` and ``epoch_s``.
     """
     m, p = resolve_params(method, params)
-    if steps < 0:
-        raise InputError(f"steps must be >= 0, got {steps}", where="forecast")
+    if isinstance(steps, bool) or steps < 0 or steps > MAX_EPOCHS:
+        raise InputError(f"steps must be an integer in 0 .. {MAX_EPOCHS}, got {steps}", where="forecast")
     if target not in ("peak_rps", "mean_rps"):
         raise InputError(f"target must be peak_rps or mean_rps, got {target!r}", where="forecast")
     ep = _epoch_s(demand, epoch_s)

@@ -54,7 +54,6 @@ arrived and still cost a prefill).
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import re
@@ -68,6 +67,8 @@ import numpy as np
 import pandas as pd
 
 from neuscale_opt.errors import InputError
+from neuscale_opt.readers import max_input_bytes, read_bytes
+from neuscale_opt.schema import MAX_DEMAND_CELLS
 from neuscale_opt.traces.spec import ColumnMap, TraceFormat, TraceSpec
 
 TRACE_COLUMNS: tuple[str, ...] = ("arrival_s", "input_tokens", "output_tokens")
@@ -106,25 +107,45 @@ RATE_COLUMN_NAMES: tuple[str, ...] = ("rate_rps", "total_rate_rps")
 def _open_bytes(path: Path) -> bytes:
     """The file's bytes, decompressed when it is gzip; refuse empty, missing and fake gzip."""
     where = str(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError("file not found", where=where) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a trace file", where=where) from None
-    except OSError as exc:
-        raise InputError(f"cannot read ({exc.strerror})", where=where) from None
+    raw = read_bytes(path, where)  # regular files only, within the size cap
     is_gz = raw[:2] == GZIP_MAGIC
     if path.suffix == ".gz" and not is_gz:
         raise InputError("row 0, column -: named .gz but is not gzip (bad magic bytes)", where=where)
     if is_gz:
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(f"row 0, column -: corrupt or truncated gzip ({exc})", where=where) from None
+        raw = _gunzip(raw, where)
     if not raw.strip():
         raise InputError("row 0, column -: empty file (no header, no rows)", where=where)
     return raw
+
+
+def _gunzip(raw: bytes, where: str) -> bytes:
+    """Decompressed gzip bytes, at most the input size cap (a small file cannot inflate without
+    bound)."""
+    cap = max_input_bytes()
+    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    out: list[bytes] = []
+    total = 0
+    data = raw
+    try:
+        while data:
+            chunk = d.decompress(data, cap + 1 - total)
+            out.append(chunk)
+            total += len(chunk)
+            if total > cap:
+                raise InputError(f"row 0, column -: decompresses to more than the {cap}-byte input limit", where=where)
+            data = d.unconsumed_tail
+            if d.eof:
+                rest = d.unused_data
+                if rest.strip(b"\0"):  # another gzip member follows (concatenated gzip)
+                    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+                    data = rest
+                else:
+                    break
+        if not d.eof:
+            raise EOFError("compressed file ended before the end-of-stream marker was reached")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"row 0, column -: corrupt or truncated gzip ({exc})", where=where) from None
+    return b"".join(out)
 
 
 def _first_line(raw: bytes) -> str:
@@ -136,6 +157,11 @@ def _is_jsonl(raw: bytes) -> bool:
 
 
 def _read_jsonl(raw: bytes, where: str) -> pd.DataFrame:
+    """JSON lines, each an object; a line that is not (an array, a number) is refused by line."""
+    starts = [ln.lstrip()[:1] for ln in raw.split(b"\n")]
+    for i, first in enumerate(starts, start=1):
+        if first and first != b"{":
+            raise InputError(f"row {i}, column -: line {i} is not a JSON object", where=where)
     try:
         df = pd.read_json(io.BytesIO(raw), lines=True, dtype=False)
     except ValueError:
@@ -327,6 +353,13 @@ def _canonical(
             "output_tokens": out[keep].astype(np.int64),
         }
     )
+    if not keep.any():
+        end = "" if duration_s is None else f", duration_s = {duration_s:g} s"
+        raise InputError(
+            f"the window (start_s = {start_s:g} s{end}) covers no request: the trace's {n_file} requests span "
+            f"0 .. {float(rel[-1]):g} s from its first arrival",
+            where=where,
+        )
     horizon = float(duration_s) if duration_s is not None else float(max(rel[-1] - start_s, 0.0))
     df.attrs.update(
         source=where,
@@ -494,6 +527,12 @@ def load_rate_series(
     if np.any(np.abs(off - np.round(off)) > 1e-6):
         r = int(row_no[np.flatnonzero(np.abs(off - np.round(off)) > 1e-6)[0]])
         raise InputError(f"row {r}, column 'window_start_s': not on the {window:g}-s grid", where=where)
+    if float(off[-1]) + 1 > MAX_DEMAND_CELLS:
+        raise InputError(
+            f"the windows span {float(start[-1] - start[0]):.6g} s = {float(off[-1]) + 1:.6g} windows of "
+            f"{window:g} s, more than {MAX_DEMAND_CELLS}",
+            where=where,
+        )
     idx = np.round(off).astype(np.int64)
     n = int(idx[-1]) + 1
     grid = np.full(n, np.nan)
