@@ -498,7 +498,9 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
     demand = dem[["epoch", "bucket", col]].rename(columns={col: "rate_rps"})
     demand["bucket"] = demand["bucket"].astype(str)
     demand["epoch"] = demand["epoch"].astype(np.int64)
-    return buckets, demand.reset_index(drop=True)
+    demand = demand.reset_index(drop=True)
+    demand.attrs = {"rows_beyond_horizon": int(trace.attrs.get("rows_beyond_horizon", 0))}
+    return buckets, demand
 
 
 def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> pd.DataFrame:
@@ -621,7 +623,20 @@ def candidates(inst: Instance) -> CandidateSet:
     if not feas.empty:
         df.loc[feas.index, "pareto_energy"] = pareto_mask(feas, "energy_j_per_req")
         df.loc[feas.index, "pareto_cost"] = pareto_mask(feas, "cost_usd_per_req")
-    return CandidateSet(df, buckets, demand, slo_note, model, context_notes(model, buckets))
+    notes = context_notes(model, buckets) + horizon_notes(inst, demand)
+    return CandidateSet(df, buckets, demand, slo_note, model, notes)
+
+
+def horizon_notes(inst: Instance, demand: pd.DataFrame) -> tuple[str, ...]:
+    """A note when ``epochs.horizon`` is shorter than the trace (see :func:`cut_to_horizon`)."""
+    cut = int(demand.attrs.get("rows_beyond_horizon", 0))
+    if not cut or inst.epochs.horizon is None:
+        return ()
+    end_s = inst.epochs.horizon * inst.epochs.length_s
+    return (
+        f"the trace is cut to epochs.horizon = {inst.epochs.horizon} epochs ({end_s:g} s): {cut} later requests "
+        "are neither planned nor replayed",
+    )
 
 
 def pods_frame(inst: Instance) -> pd.DataFrame:

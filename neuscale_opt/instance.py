@@ -473,6 +473,8 @@ def resolve_instance_path(path: str | Path | None) -> tuple[Path, str]:
         key = text[: -len(".toml")] if text.endswith(".toml") else text
         if key in shipped:
             return shipped[key], text
+        if "/" not in text and "." not in text:  # reads as a name, not a path
+            raise InputError(f"no such file, and no shipped instance of that name ({', '.join(shipped)})", where=text)
     return p, text
 
 

@@ -29,6 +29,10 @@ MAX_EPOCHS = 100_000
 #: 50 million int64 counts are 400 MB, the most a planning run should hold for them.
 MAX_DEMAND_CELLS = 50_000_000
 
+#: Most requests a (scaled) trace may hold: 50 million rows of three 8-byte columns are 1.2 GB,
+#: and a replay of them runs for hours.
+MAX_TRACE_ROWS = 50_000_000
+
 #: Message of a boolean given where a number (or a string) is expected.
 BOOL_NOT_NUMBER = "must be a number, not a boolean (true/false)"
 

@@ -294,6 +294,15 @@ def test_horizon_is_bounded():
     assert msg.startswith("x.toml: epochs.horizon:") and str(MAX_EPOCHS) in msg.replace(",", "").replace("_", "")
 
 
+def test_rate_scale_is_bounded_by_the_rows_it_makes():
+    from neuscale_opt.traces.scale import scale_trace
+
+    trace = pd.DataFrame({"arrival_s": [0.0, 1.0], "input_tokens": [1, 1], "output_tokens": [1, 1]})
+    with pytest.raises(InputError, match="workload.rate_scale: 1e\\+12 x 2 requests is more than"):
+        scale_trace(trace, 1e12)
+    assert len(scale_trace(trace, 3.0)) == 6
+
+
 def test_trace_spanning_decades_is_refused_before_allocating(tmp_path):
     f = _azure_csv(tmp_path / "decades.csv", ["1990-01-01 00:00:00.000000", "2024-01-01 00:00:00.000000"])
     trace = load_trace_file(f)
@@ -340,7 +349,7 @@ def test_trace_window_outside_the_trace_names_window_and_span(tmp_path):
 def test_fewer_epochs_than_the_trace_plan_and_replay_cover_the_same_epochs(tmp_path):
     """With epochs.horizon = 2 on an hour-long trace, the demand the planner reads and the epochs
     the replay runs are both 0 and 1, and no request after 600 s reaches either."""
-    from neuscale_opt.candidates import build_coefficients, instance_trace
+    from neuscale_opt.candidates import build_coefficients, candidates, instance_trace
     from neuscale_opt.replay.fixtures import simple_plan
     from neuscale_opt.replay.plan import load_plan
     from neuscale_opt.replay.simulate import instance_trace as replay_trace
@@ -355,7 +364,9 @@ def test_fewer_epochs_than_the_trace_plan_and_replay_cover_the_same_epochs(tmp_p
     in_horizon = int(((t - t.min()) < 600.0).sum())
     assert len(instance_trace(inst)) == in_horizon < len(full)
     assert instance_trace(inst).attrs["rows_beyond_horizon"] == len(full) - in_horizon
-    coeffs = build_coefficients(inst)
+    cset = candidates(inst)
+    assert f"cut to epochs.horizon = 2 epochs (600 s): {len(full) - in_horizon} later requests" in " ".join(cset.notes)
+    coeffs = build_coefficients(inst, cset)
     assert sorted(coeffs.demand["epoch"].unique()) == [0, 1]
     trace = replay_trace(inst)
     assert float(trace["arrival_s"].max()) < 600.0

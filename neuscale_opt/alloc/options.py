@@ -32,6 +32,11 @@ PLACEMENTS: tuple[str, ...] = ("pattern", "exact", "none")
 DEFAULT_PENALTY_FACTOR = 10.0
 
 
+def _number(v: Any) -> bool:
+    """A real number (not a boolean, not NaN)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and v == v
+
+
 @dataclass(frozen=True)
 class PlanOptions:
     """Settings of one planning run.
@@ -100,16 +105,17 @@ class PlanOptions:
             math.isfinite(self.unserved_penalty) and self.unserved_penalty > 0
         ):
             problems.append(f"unserved_penalty must be a positive number, got {self.unserved_penalty}")
-        if self.util_cap is not None and not (0 < self.util_cap <= 1):
+        if self.util_cap is not None and not (_number(self.util_cap) and 0 < self.util_cap <= 1):
             problems.append(f"util_cap must be in (0, 1], got {self.util_cap}")
-        if self.slice_factor is not None and (int(self.slice_factor) != self.slice_factor or self.slice_factor < 1):
+        sf = self.slice_factor
+        if sf is not None and not (_number(sf) and math.isfinite(sf) and sf >= 1 and int(sf) == sf):
             problems.append(f"slice_factor must be a positive integer, got {self.slice_factor}")
-        if self.time_limit_s is not None and not self.time_limit_s > 0:
-            problems.append(f"time_limit_s must be > 0, got {self.time_limit_s}")
-        if not (0 <= self.mip_gap < 1):
+        if self.time_limit_s is not None and not (_number(self.time_limit_s) and 0 < self.time_limit_s < math.inf):
+            problems.append(f"time_limit_s must be a finite number > 0, got {self.time_limit_s}")
+        if not (_number(self.mip_gap) and 0 <= self.mip_gap < 1):
             problems.append(f"mip_gap must be in [0, 1), got {self.mip_gap}")
-        if self.threads < 1:
-            problems.append(f"threads must be >= 1, got {self.threads}")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            problems.append(f"threads must be an integer >= 1, got {self.threads}")
         if problems:
             raise InputError("; ".join(problems), where="plan options")
 

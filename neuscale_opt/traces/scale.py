@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from neuscale_opt.errors import InputError
+from neuscale_opt.schema import MAX_TRACE_ROWS
 
 DEFAULT_JITTER_S = 1.0
 
@@ -28,6 +29,11 @@ def scale_trace(trace: pd.DataFrame, factor: float, seed: int = 0, jitter_s: flo
         raise InputError(f"rate_scale must be a positive number, got {factor}", where="workload.rate_scale")
     if factor == 1.0:
         return trace
+    if len(trace) * factor > MAX_TRACE_ROWS:
+        raise InputError(
+            f"{factor:g} x {len(trace)} requests is more than the {MAX_TRACE_ROWS} requests a trace may hold",
+            where="workload.rate_scale",
+        )
     rng = np.random.default_rng(seed)
     n = len(trace)
     whole = int(math.floor(factor))
