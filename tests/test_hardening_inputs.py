@@ -182,6 +182,14 @@ def test_latin1_bytes_are_refused_with_their_offset(tmp_path):
     assert "Latin-1" not in str(exc.value)
 
 
+def test_latin1_trace_is_refused_with_its_offset(tmp_path):
+    f = tmp_path / "t.csv"
+    raw = "TIMESTAMP,ContextTokens,GeneratedTokens,note\n2024-01-01 00:00:00.000000,5,2,caf\u00e9\n".encode("latin-1")
+    f.write_bytes(raw)
+    with pytest.raises(InputError, match=f"not UTF-8: byte 0xe9 at byte offset {raw.index(0xE9)} \\(line 2"):
+        load_trace_file(f)
+
+
 def test_jsonl_line_that_is_not_an_object_names_the_line(tmp_path):
     f = tmp_path / "t.jsonl"
     f.write_text('{"timestamp": 0, "input_length": 5, "output_length": 2}\n[1, 2, 3]\n')
@@ -554,3 +562,37 @@ def test_melange_slice_factor_keyword_is_checked():
     for bad in (0, 1.5, True):
         with pytest.raises(InputError, match="slice_factor"):
             melange_to_profile(cfg, slice_factor=bad)
+
+
+# -- end to end: the commands answer with one line and the documented exit code -------------------
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str]:
+    from neuscale_opt.cli import main
+
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_cli_answers_non_regular_inputs_with_one_line(tmp_path, capsys):
+    fifo = tmp_path / "trace.csv"
+    os.mkfifo(fifo)
+    for argv in (["validate", str(fifo)], ["trace-stats", str(fifo)], ["validate", str(tmp_path)]):
+        with deadline():
+            code, err = _run(argv, capsys)
+        assert code == 2 and err.count("\n") == 1 and ("FIFO" in err or "directory" in err), (argv, err)
+
+
+def test_cli_evaluate_refuses_a_fractional_plan_row_with_exit_2(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"status": "feasible", "allocations": [_plan_row(n_vpods=1.5)]}))
+    code, err = _run(["evaluate", str(plan), "--instance", str(INSTANCES / "small.toml")], capsys)
+    assert code == 2 and "allocations[0].n_vpods: 1.5 is not an integer" in err and err.count("\n") == 1
+
+
+def test_cli_validate_names_the_non_finite_field(tmp_path, capsys):
+    f = tmp_path / "inf.toml"
+    f.write_text((INSTANCES / "small.toml").read_text() + "\n[energy]\npue = inf\n")
+    code, err = _run(["validate", str(f)], capsys)
+    assert code == 2 and err.strip().endswith("inf.toml: energy.pue: must be a finite number")

@@ -67,7 +67,7 @@ import numpy as np
 import pandas as pd
 
 from neuscale_opt.errors import InputError
-from neuscale_opt.readers import max_input_bytes, read_bytes
+from neuscale_opt.readers import decode_utf8, max_input_bytes, read_bytes
 from neuscale_opt.schema import MAX_DEMAND_CELLS
 from neuscale_opt.traces.spec import ColumnMap, TraceFormat, TraceSpec
 
@@ -115,6 +115,7 @@ def _open_bytes(path: Path) -> bytes:
         raw = _gunzip(raw, where)
     if not raw.strip():
         raise InputError("row 0, column -: empty file (no header, no rows)", where=where)
+    decode_utf8(raw, where)  # strict UTF-8: bad bytes are named by offset before any parser sees them
     return raw
 
 

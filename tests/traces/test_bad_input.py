@@ -125,4 +125,4 @@ def test_bad_method_parameter_exits_2(tmp_path: Path, run_cli: Callable) -> None
 
 def test_missing_file_exits_2(tmp_path: Path, run_cli: Callable) -> None:
     code, _, err = run_cli("trace-stats", tmp_path / "nope.csv")
-    assert code == 2 and "nope.csv: file not found" in err
+    assert code == 2 and "nope.csv: no such file" in err
