@@ -367,6 +367,13 @@ class Instance(_Frozen):
                     f"workload.demand: rows for epoch(s) {shown} lie beyond epochs.horizon = {horizon} "
                     f"(epochs 0 .. {horizon - 1} are planned); raise the horizon or drop the rows"
                 )
+            late = [i for i, ev in enumerate(self.inventory_events) if ev.epoch >= horizon]
+            if late:
+                ev = self.inventory_events[late[0]]
+                raise ValueError(
+                    f"inventory_events[{late[0]}]: epoch {ev.epoch} lies beyond epochs.horizon = {horizon} "
+                    f"(epochs 0 .. {horizon - 1} are planned)"
+                )
         return self
 
     @property

@@ -339,6 +339,13 @@ def test_demand_beyond_the_horizon_names_the_epochs():
     msg = _instance_error(mutate)
     assert "epoch(s) 2, 5 lie beyond epochs.horizon = 2 (epochs 0 .. 1 are planned)" in msg
 
+    def late_event(d):
+        d["epochs"] = {"horizon": 2}
+        d["inventory_events"] = [{"epoch": 1, "chip": "tpu-v5e", "delta_chips": -4}]
+        d["inventory_events"].append({"epoch": 3, "chip": "tpu-v5e", "delta_chips": 4})
+
+    assert "inventory_events[1]: epoch 3 lies beyond epochs.horizon = 2" in _instance_error(late_event)
+
 
 def test_trace_window_outside_the_trace_names_window_and_span(tmp_path):
     f = _azure_csv(
