@@ -285,6 +285,20 @@ def test_plan_rows_are_checked_by_both_readers(changes, expected):
         load_plan(plan, load_instance(INSTANCES / "small.toml"))
 
 
+def test_plan_rows_naming_unknown_chips_or_classes_are_malformed():
+    from neuscale_opt.candidates import build_coefficients
+
+    coeffs = build_coefficients(load_instance(INSTANCES / "small.toml"))
+    plan = {"allocations": [_plan_row(chip="tpu-v9"), _plan_row(bucket="huge"), _plan_row(phase="both")]}
+    with pytest.raises(InputError) as exc:
+        solution_from_dict(plan, PlanOptions(), where="p.json", coeffs=coeffs)
+    msg = str(exc.value)
+    assert "allocations[0].chip: unknown chip 'tpu-v9' (fleet: tpu-v5e, tpu-v6e)" in msg
+    assert "allocations[1].bucket: unknown class 'huge' (short, long)" in msg
+    assert "allocations[2].phase: unknown phase 'both'" in msg
+    assert solution_from_dict({"allocations": [_plan_row()]}, PlanOptions(), coeffs=coeffs).allocations.shape[0] == 1
+
+
 def test_plan_header_numbers_and_status_are_checked():
     plan = {"status": "great", "allocations": [_plan_row()]}
     with pytest.raises(InputError, match="status: 'great' is not one of"):

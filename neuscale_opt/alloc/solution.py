@@ -162,6 +162,19 @@ def plan_row_numbers(at: str, r: dict[str, Any]) -> tuple[list[str], dict[str, A
     return probs, row
 
 
+def _unknown_names(at: str, r: dict[str, Any], coeffs: Any) -> list[str]:
+    """Problems of a plan row naming a chip, class or phase ``coeffs`` do not have."""
+    out = []
+    chips = [str(c) for c in coeffs.chips["chip"]]
+    if str(r["chip"]) not in chips:
+        out.append(f"{at}.chip: unknown chip {r['chip']!r} (fleet: {', '.join(chips)})")
+    if str(r["bucket"]) not in coeffs.bucket_names:
+        out.append(f"{at}.bucket: unknown class {r['bucket']!r} ({', '.join(coeffs.bucket_names)})")
+    if r["phase"] not in ("colocated", "prefill", "decode"):
+        out.append(f"{at}.phase: unknown phase {r['phase']!r} (colocated, prefill or decode)")
+    return out
+
+
 def verdict_status(solution: Any, violations: Any) -> dict[str, Any]:
     """Status and diagnosis of a plan once the independent evaluator has checked it: the worst of
     the solver's status and the evaluator's verdict (``infeasible`` when it found violations),
@@ -332,7 +345,7 @@ def _stable(obj: Any) -> Any:
     return obj
 
 
-def solution_from_dict(d: dict[str, Any], options: PlanOptions, where: str = "plan") -> Solution:
+def solution_from_dict(d: dict[str, Any], options: PlanOptions, where: str = "plan", coeffs: Any = None) -> Solution:
     """A :class:`Solution` read back from a plan JSON (this package's, or any producer's that
     follows the contract), for the independent evaluator.
 
@@ -340,6 +353,11 @@ def solution_from_dict(d: dict[str, Any], options: PlanOptions, where: str = "pl
     batch, n_vpods, rate_rps``; ``vpod_type``, ``config_id`` and ``vpod_group`` are derived when
     absent (``vpod_group`` = ``config_id`` for dedicated plans, ``vpod_type`` for pooled ones). The
     plan's ``objective``, ``variant`` and ``serving`` override ``options``.
+
+    A row that is not well formed is an :class:`~neuscale_opt.errors.InputError` (exit code 2):
+    the numbers of :func:`plan_row_numbers`, and with ``coeffs`` given, a chip, class or phase the
+    coefficients do not know (the replay's reader refuses the same rows). Well-formed rows that
+    break a constraint are for the evaluator (exit code 1).
     """
     from dataclasses import replace
 
@@ -361,6 +379,8 @@ def solution_from_dict(d: dict[str, Any], options: PlanOptions, where: str = "pl
             problems.append(f"allocations[{i}]: missing {', '.join(miss)}")
             continue
         probs, checked = plan_row_numbers(f"allocations[{i}]", {k: r[k] for k in need})
+        if coeffs is not None:
+            probs.extend(_unknown_names(f"allocations[{i}]", r, coeffs))
         problems.extend(probs)
         if probs:
             continue
