@@ -1,4 +1,4 @@
-"""``neuscale-opt bench``: every method on every instance, one table.
+"""Benchmark table of ``neuscale-opt bench``: every method on every instance.
 
 For each instance the coefficients are built once; each method plans on them and the independent
 evaluator accounts the plan. Columns: objective value (evaluated, in the instance's objective
@@ -12,15 +12,11 @@ reported.
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from typing import Any
 
 import pandas as pd
-
-from neuscale_opt.errors import InputError
-from neuscale_opt.io import emit, frame_to_csv_text, write_json
 
 METHODS = ("milp", "greedy", "homogeneous", "unlimited")
 BENCH_COLUMNS = [
@@ -109,36 +105,3 @@ def to_markdown(df: pd.DataFrame) -> str:
     sep = "|" + "|".join("---" for _ in BENCH_COLUMNS) + "|"
     body = ["| " + " | ".join(num(r[c]) for c in BENCH_COLUMNS) + " |" for r in df.to_dict("records")]
     return "\n".join([head, sep, *body]) + "\n"
-
-
-def register(sub) -> None:
-    p = sub.add_parser("bench", help="run methods on instances and tabulate objective, gap, time")
-    p.add_argument("instances", nargs="*", help="instance TOML files (default: the embedded default)")
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {','.join(METHODS)}")
-    p.add_argument("--replay", action="store_true", help="also replay each plan against the trace")
-    p.add_argument("--json", metavar="PATH|-", help="write the table as JSON")
-    p.add_argument("--md", metavar="PATH|-", help="write the table as Markdown")
-    p.add_argument("--csv", metavar="PATH|-", help="write the table as CSV")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_bench)
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    bad = [m for m in methods if m not in METHODS]
-    if bad or not methods:
-        raise InputError(f"unknown method {bad[0] if bad else ''!r}; known: {', '.join(METHODS)}", where="--methods")
-    paths: list[str | None] = list(args.instances) or [None]
-    from neuscale_opt.report.progress import progress_bar
-
-    with progress_bar(total=len(paths) * len(methods), desc="bench", quiet=args.quiet) as bar:
-        df = run_bench(paths, methods, replay=args.replay, progress=bar)
-    if args.json:
-        write_json({"rows": df.to_dict("records")}, args.json)
-    if args.md:
-        emit(to_markdown(df), args.md)
-    if args.csv:
-        emit(frame_to_csv_text(df), args.csv)
-    if not (args.json or args.md or args.csv):
-        emit(to_markdown(df), "-")
-    return 0

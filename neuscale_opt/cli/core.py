@@ -6,14 +6,8 @@ import argparse
 import math
 import sys
 
-import pandas as pd
-
-from neuscale_opt.candidates import candidates, slice_shapes
-from neuscale_opt.catalog import ENERGY_PROFILES, catalog_frames, energy_spec, get_chip, get_model
+from neuscale_opt.cli import Command
 from neuscale_opt.errors import InputError
-from neuscale_opt.instance import load_instance
-from neuscale_opt.io import write_csv, write_json
-from neuscale_opt.roofline import BOUNDS, chip_rooflines, hw_rows_for, slice_collective, step_cost, vpod_nodes
 
 CANDIDATE_COLUMNS = [
     "config_id",
@@ -43,20 +37,23 @@ CANDIDATE_COLUMNS = [
 ]
 
 
-def register(sub) -> None:
-    p = sub.add_parser("validate", help="check an instance file; --json prints it normalised")
+def _validate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("instance", nargs="?", help="instance TOML (default: the embedded default)")
     p.add_argument("--json", metavar="PATH|-", help="write the normalised instance as JSON")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("candidates", help="list candidate vPod configurations and the Pareto fronts")
+
+def _candidates_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("instance", nargs="?", help="instance TOML (default: the embedded default)")
     p.add_argument("--json", metavar="PATH|-", help="write the candidates as JSON")
     p.add_argument("--csv", metavar="PATH|-", help="write the candidates as CSV")
     p.add_argument("--all", action="store_true", help="every candidate, not only the Pareto-optimal ones")
     p.set_defaults(func=cmd_candidates)
 
-    p = sub.add_parser("roofline", help="roofline of one configuration and one step")
+
+def _roofline_args(p: argparse.ArgumentParser) -> None:
+    from neuscale_opt.catalog import ENERGY_PROFILES
+
     p.add_argument("--model", required=True)
     p.add_argument("--chip", required=True)
     p.add_argument("--chips", type=int, required=True, help="chips in the vPod")
@@ -72,13 +69,25 @@ def register(sub) -> None:
     p.add_argument("--json", metavar="PATH|-", default="-", help="where to write the JSON (default stdout)")
     p.set_defaults(func=cmd_roofline)
 
-    p = sub.add_parser("catalog", help="list the shipped chips, models or energy profiles")
+
+def _catalog_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("table", choices=["chips", "models", "energy_profiles"])
     p.add_argument("--csv", metavar="PATH|-", default="-")
     p.set_defaults(func=cmd_catalog)
 
 
+COMMANDS: dict[str, Command] = {
+    "validate": Command("check an instance file; --json prints it normalised", _validate_args),
+    "candidates": Command("list candidate vPod configurations and the Pareto fronts", _candidates_args),
+    "roofline": Command("roofline of one configuration and one step", _roofline_args),
+    "catalog": Command("list the shipped chips, models or energy profiles", _catalog_args),
+}
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
+    from neuscale_opt.instance import load_instance
+    from neuscale_opt.io import write_json
+
     inst = load_instance(args.instance)
     if args.json:
         write_json(inst.normalised(), args.json)
@@ -89,6 +98,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_candidates(args: argparse.Namespace) -> int:
+    from neuscale_opt.candidates import candidates
+    from neuscale_opt.catalog import energy_spec, get_chip
+    from neuscale_opt.instance import load_instance
+    from neuscale_opt.io import write_csv, write_json
+    from neuscale_opt.roofline import chip_rooflines
+
     inst = load_instance(args.instance)
     cs = candidates(inst)
     t = cs.table
@@ -119,7 +134,9 @@ def cmd_candidates(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_summary(name: str, cs, shown: pd.DataFrame) -> None:
+def _print_summary(name: str, cs, shown) -> None:
+    import pandas as pd
+
     t = cs.table
     out = sys.stdout
     out.write(f"instance {name}: {cs.model.name}; SLO {cs.slo_note}\n")
@@ -150,6 +167,11 @@ def _print_summary(name: str, cs, shown: pd.DataFrame) -> None:
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
+    from neuscale_opt.candidates import slice_shapes
+    from neuscale_opt.catalog import energy_spec, get_chip, get_model
+    from neuscale_opt.io import write_json
+    from neuscale_opt.roofline import BOUNDS, hw_rows_for, slice_collective, step_cost, vpod_nodes
+
     model = get_model(args.model, where="--model")
     chip = get_chip(args.chip, where="--chip")
     for name in ("chips", "batch", "seq_len", "pp", "ep"):
@@ -248,5 +270,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
+    from neuscale_opt.catalog import catalog_frames
+    from neuscale_opt.io import write_csv
+
     write_csv(catalog_frames()[args.table], args.csv)
     return 0

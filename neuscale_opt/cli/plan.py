@@ -1,4 +1,4 @@
-"""CLI commands of the allocation package: ``plan`` and ``import-melange``.
+"""Planning commands: ``plan``, ``evaluate`` and ``import-melange``.
 
 ``neuscale-opt plan [INSTANCE] [--method milp|greedy|homogeneous|unlimited]
 [--objective energy|cost|carbon] [--time-limit S] [--json PATH|-] [--out DIR] [--quiet]``
@@ -17,32 +17,33 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from neuscale_opt.alloc.evaluate import evaluate
-from neuscale_opt.alloc.melange import (
-    is_profile_instance,
-    load_melange,
-    melange_to_profile,
-    parse_profile_instance,
-    profile_coefficients,
-    profile_to_toml,
-)
-from neuscale_opt.alloc.options import BACKENDS, METHODS, OBJECTIVES, PLACEMENTS, SERVINGS, VARIANTS, PlanOptions
-from neuscale_opt.alloc.plan import plan
-from neuscale_opt.alloc.solution import Solution
-from neuscale_opt.coefficients import Coefficients
+from neuscale_opt.cli import Command
 from neuscale_opt.errors import EXIT_INFEASIBLE, EXIT_OK, InputError
-from neuscale_opt.horizon import HORIZON_METHODS, plan_horizon, uses_horizon
-from neuscale_opt.io import emit
+
+if TYPE_CHECKING:
+    from neuscale_opt.alloc.options import PlanOptions
+    from neuscale_opt.alloc.solution import Solution
+    from neuscale_opt.coefficients import Coefficients
 
 FORECASTS = ("last-peak", "ewma", "seasonal-naive", "quantile", "oracle")
 
 
 def load_plan_input(path: str | None) -> tuple[Coefficients, object]:
     """Coefficients and the instance-like object options are read from, for any accepted input."""
+    import tomllib
+
+    from neuscale_opt.alloc.melange import (
+        is_profile_instance,
+        load_melange,
+        melange_to_profile,
+        parse_profile_instance,
+        profile_coefficients,
+    )
+
     if path is not None and path.lower().endswith(".json"):
         inst = melange_to_profile(load_melange(path), name=Path(path).stem)
         return profile_coefficients(inst), inst
@@ -64,13 +65,10 @@ def load_plan_input(path: str | None) -> tuple[Coefficients, object]:
     return build_coefficients(instance), instance
 
 
-def register(sub) -> None:
-    """Add the ``plan`` and ``import-melange`` subcommands."""
-    p = sub.add_parser(
-        "plan",
-        help="plan vPods per class and generation for each epoch (MILP, greedy or baselines)",
-        description=__doc__.split("\n\n")[1],
-    )
+def _plan_args(p: argparse.ArgumentParser) -> None:
+    from neuscale_opt.alloc.options import BACKENDS, METHODS, OBJECTIVES, PLACEMENTS, SERVINGS, VARIANTS
+    from neuscale_opt.horizon import HORIZON_METHODS
+
     p.add_argument("instance", nargs="?", help="instance TOML, profile TOML or Mélange JSON (default: embedded)")
     p.add_argument(
         "--method",
@@ -94,25 +92,41 @@ def register(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_plan)
 
-    e = sub.add_parser(
-        "evaluate",
-        help="re-check any plan JSON against an instance and account its energy, money and carbon",
-    )
+
+def _evaluate_args(e: argparse.ArgumentParser) -> None:
     e.add_argument("plan", help="plan JSON (from neuscale-opt plan or any producer following its contract)")
     e.add_argument("--instance", default=None, help="instance TOML (default: the embedded default)")
     e.add_argument("--json", default=None, metavar="PATH", help="write the evaluation as JSON ('-' = stdout)")
     e.set_defaults(func=cmd_evaluate)
 
-    m = sub.add_parser(
-        "import-melange",
-        help="convert a Mélange configuration (JSON) into a profile instance (TOML)",
-    )
+
+def _import_melange_args(m: argparse.ArgumentParser) -> None:
     m.add_argument("config", help="Mélange configuration JSON (gpu_info, workload_distribution, ...)")
     m.add_argument("-o", "--output", default="-", metavar="INSTANCE", help="output TOML path ('-' = stdout)")
     m.set_defaults(func=cmd_import_melange)
 
 
+COMMANDS: dict[str, Command] = {
+    "plan": Command(
+        "plan vPods per class and generation for each epoch (MILP, greedy or baselines)",
+        _plan_args,
+        description=__doc__.split("\n\n")[1],
+    ),
+    "evaluate": Command(
+        "re-check any plan JSON against an instance and account its energy, money and carbon", _evaluate_args
+    ),
+    "import-melange": Command(
+        "convert a Mélange configuration (JSON) into a profile instance (TOML)", _import_melange_args
+    ),
+}
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    from neuscale_opt.alloc.options import METHODS, PlanOptions
+    from neuscale_opt.alloc.plan import plan
+    from neuscale_opt.horizon import plan_horizon, uses_horizon
+    from neuscale_opt.io import emit
+
     if args.out is not None:
         from neuscale_opt.report.build import check_out_dir
 
@@ -174,6 +188,7 @@ def evaluate_any(sol: Solution, coeffs: Coefficients, inst) -> object:
     """The independent evaluation fit for the plan: a horizon plan (epoch summaries with the demand
     it planned for) is re-checked as a schedule, with the coupling rules and its planned demand;
     any other plan epoch by epoch against the instance's demand (``unlimited``: without inventory)."""
+    from neuscale_opt.alloc.evaluate import evaluate
     from neuscale_opt.instance import Instance
 
     schedule = [e for e in sol.epochs if isinstance(e, dict) and "forecast_rps" in e]
@@ -198,6 +213,8 @@ def evaluate_any(sol: Solution, coeffs: Coefficients, inst) -> object:
 
 def write_plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: PlanOptions, sol: Solution) -> str:
     """Run the baselines, evaluate every plan independently and write the report to ``args.out``."""
+    from neuscale_opt.alloc.plan import plan
+    from neuscale_opt.horizon import plan_horizon
     from neuscale_opt.report.build import build_report, write_report
     from neuscale_opt.report.progress import progress_bar
 
@@ -279,6 +296,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     """Independent re-check of a plan file: exit 0 when feasible, 1 when it violates anything."""
     import json
 
+    from neuscale_opt.alloc.options import PlanOptions
     from neuscale_opt.alloc.solution import solution_from_dict
 
     try:
@@ -317,6 +335,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_import_melange(args: argparse.Namespace) -> int:
+    from neuscale_opt.alloc.melange import load_melange, melange_to_profile, profile_to_toml
+    from neuscale_opt.io import emit
+
     cfg = load_melange(args.config)
     inst = melange_to_profile(cfg, name=Path(args.config).stem)
     emit(profile_to_toml(inst), args.output)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from neuscale_opt.cli import Command
 from neuscale_opt.errors import EXIT_OK
-from neuscale_opt.io import emit, frame_to_csv_text, write_json
 
 HEADLINE: tuple[str, ...] = (
     "requests",
@@ -36,13 +36,7 @@ HEADLINE: tuple[str, ...] = (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add the ``replay`` subcommand."""
-    p = sub.add_parser(
-        "replay",
-        help="replay a trace against a plan: per-request SLOs, energy, cost, carbon",
-        description=__doc__.split("\n\n")[1],
-    )
+def _replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("plan", metavar="PLAN.json", help="plan JSON (the planner's --json output)")
     p.add_argument("--instance", default=None, help="instance TOML the plan was made for (default: embedded)")
     p.add_argument("--trace", default=None, help="per-request trace file (default: the instance's trace)")
@@ -60,8 +54,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_replay)
 
 
+COMMANDS: dict[str, Command] = {
+    "replay": Command(
+        "replay a trace against a plan: per-request SLOs, energy, cost, carbon",
+        _replay_args,
+        description=__doc__.split("\n\n")[1],
+    ),
+}
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from neuscale_opt.instance import load_instance
+    from neuscale_opt.io import emit, frame_to_csv_text, write_json
     from neuscale_opt.replay.simulate import ReplayOptions, instance_trace, replay
 
     inst = load_instance(args.instance)

@@ -1,0 +1,52 @@
+"""``neuscale-opt bench``: every method on every instance, one table (:mod:`neuscale_opt.report.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from neuscale_opt.cli import Command
+from neuscale_opt.errors import InputError
+
+#: The methods ``bench`` runs by default (the table itself is built by ``report.bench.run_bench``).
+DEFAULT_METHODS = ("milp", "greedy", "homogeneous", "unlimited")
+
+
+def _bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("instances", nargs="*", help="instance TOML files (default: the embedded default)")
+    p.add_argument(
+        "--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated, from {','.join(DEFAULT_METHODS)}"
+    )
+    p.add_argument("--replay", action="store_true", help="also replay each plan against the trace")
+    p.add_argument("--json", metavar="PATH|-", help="write the table as JSON")
+    p.add_argument("--md", metavar="PATH|-", help="write the table as Markdown")
+    p.add_argument("--csv", metavar="PATH|-", help="write the table as CSV")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from neuscale_opt.io import emit, frame_to_csv_text, write_json
+    from neuscale_opt.report.bench import METHODS, run_bench, to_markdown
+    from neuscale_opt.report.progress import progress_bar
+
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise InputError(f"unknown method {bad[0] if bad else ''!r}; known: {', '.join(METHODS)}", where="--methods")
+    paths: list[str | None] = list(args.instances) or [None]
+    with progress_bar(total=len(paths) * len(methods), desc="bench", quiet=args.quiet) as bar:
+        df = run_bench(paths, methods, replay=args.replay, progress=bar)
+    if args.json:
+        write_json({"rows": df.to_dict("records")}, args.json)
+    if args.md:
+        emit(to_markdown(df), args.md)
+    if args.csv:
+        emit(frame_to_csv_text(df), args.csv)
+    if not (args.json or args.md or args.csv):
+        emit(to_markdown(df), "-")
+    return 0
+
+
+COMMANDS: dict[str, Command] = {
+    "bench": Command("run methods on instances and tabulate objective, gap, time", _bench_args),
+}
