@@ -12,7 +12,9 @@ backends solve exactly the same rows.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,9 +74,39 @@ def _is_trivial(m: pyo.ConcreteModel) -> bool:
     return not any(True for _ in m.component_data_objects(pyo.Var, descend_into=True))
 
 
+#: Models written per ``save_lp``/``save_mps`` path in this process (the k-th goes to ``<stem>-<k>``).
+_SAVED: dict[str, int] = {}
+
+
+def save_model(m: pyo.ConcreteModel, path: str, fmt: str) -> str:
+    """Write ``m`` in ``fmt`` (``lp`` or ``mps``) through Pyomo to ``path``, or to ``<stem>-<k><suffix>``
+    for the k-th further model written to the same path in this process; returns where it went.
+    The file is written by the rules of :mod:`neuscale_opt.io` (devices and FIFOs written through)."""
+    import tempfile
+    from pathlib import Path
+
+    from neuscale_opt.io import emit
+
+    k = _SAVED.get(path, 0)
+    _SAVED[path] = k + 1
+    p = Path(path)
+    through = p.exists() and not p.is_file()  # a device or FIFO takes every model
+    dest = path if k == 0 or through else str(p.with_name(f"{p.stem}-{k}{p.suffix}"))
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / f"model.{fmt}"
+        m.write(str(f), format=fmt, io_options={"symbolic_solver_labels": True})
+        emit(f.read_bytes(), dest, where=f"--save-{fmt}")
+    return dest
+
+
 def solve_model(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
-    """Solve ``m`` with ``options.backend`` under the time limit, gap, threads and seed given."""
+    """Solve ``m`` with ``options.backend`` under the time limit, gap, threads and seed given
+    (writing the model first when ``save_lp``/``save_mps`` is set)."""
     start = time.perf_counter()
+    if options.save_lp:
+        save_model(m, options.save_lp, "lp")
+    if options.save_mps:
+        save_model(m, options.save_mps, "mps")
     if _is_trivial(m):
         obj = float(pyo.value(m.total_objective.expr))
         return SolveResult("optimal", obj, obj, 0.0, time.perf_counter() - start, options.backend, {})
@@ -90,9 +122,10 @@ def solve_model(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
 def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     opt = Highs()
     opt.config.load_solution = False
-    opt.config.stream_solver = False
-    if options.time_limit_s is not None:
-        opt.config.time_limit = float(options.time_limit_s)
+    opt.config.stream_solver = bool(options.solver_log)
+    limit = options.solve_time_limit()
+    if limit is not None:
+        opt.config.time_limit = limit
     opt.config.mip_gap = float(options.mip_gap)
     opt.highs_options = {
         "threads": int(options.threads),
@@ -101,7 +134,11 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
         "mip_abs_gap": 1e-9,
         "presolve": "on",
     }
-    res = opt.solve(m)
+    if options.solver_log:  # the log goes to stderr, so that `--json -` stays clean
+        with contextlib.redirect_stdout(sys.stderr):
+            res = opt.solve(m)
+    else:
+        res = opt.solve(m)
     tc = res.termination_condition
     if tc in (TerminationCondition.infeasible, TerminationCondition.infeasibleOrUnbounded):
         return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "highs")
@@ -167,8 +204,11 @@ def _solve_ortools(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
         objective.SetCoefficient(xs[j], objective.GetCoefficient(xs[j]) + c)
     objective.SetOffset(obj_const)
     objective.SetMinimization()
-    if options.time_limit_s is not None:
-        solver.SetTimeLimit(int(math.ceil(options.time_limit_s * 1000)))
+    limit = options.solve_time_limit()
+    if limit is not None:
+        solver.SetTimeLimit(int(math.ceil(limit * 1000)))
+    if options.solver_log:
+        solver.EnableOutput()
     solver.SetNumThreads(int(options.threads))
     params = pywraplp.MPSolverParameters()
     params.SetDoubleParam(pywraplp.MPSolverParameters.RELATIVE_MIP_GAP, float(options.mip_gap))

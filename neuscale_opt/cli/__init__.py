@@ -93,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or the one-line usage error already printed
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    args.argv = argv  # recorded in a plan's provenance
     try:
         return int(args.func(args))
     except NeuscaleError as exc:

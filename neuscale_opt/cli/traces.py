@@ -294,11 +294,12 @@ def _stats_text(s: dict[str, Any]) -> str:
 
 
 def _cmd_trace_stats(args: argparse.Namespace) -> int:
-    from neuscale_opt.io import emit, to_json
+    from neuscale_opt.io import check_output, emit, to_json
 
+    check_output(args.json, "--json")
     stats = trace_stats(args)
     text = to_json(stats) if args.json is not None else _stats_text(stats)
-    emit(text, args.json if args.json is not None else "-")
+    emit(text, args.json if args.json is not None else "-", "--json")
     return 0
 
 
@@ -340,9 +341,12 @@ def build_demand(args: argparse.Namespace) -> pd.DataFrame:
 
 
 def _cmd_forecast(args: argparse.Namespace) -> int:
-    from neuscale_opt.io import emit, frame_to_csv_text, to_json
+    from neuscale_opt.io import Outputs, check_output, frame_to_csv_text, to_json
     from neuscale_opt.traces.demand import DEFAULT_EPOCH_S
     from neuscale_opt.traces.forecast import backtest, forecast
+
+    check_output(args.json, "--json")
+    check_output(args.csv, "--csv")
 
     args.epoch_given = args.epoch is not None
     if args.epoch is None:
@@ -369,27 +373,28 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
     if demand.attrs.get("synthetic"):
         meta["label"] = demand.attrs["label"]
         meta["seed"] = demand.attrs["seed"]
-    # compute every output first, then write (nothing partial on a failure)
-    outputs: list[tuple[str, str]] = []
+    # compute every output first, then write them together (nothing partial on a failure)
+    outputs: list[tuple[str, str, str]] = []
     if args.json is not None:
         doc: dict[str, Any] = dict(meta)
         doc["forecast"] = fc.drop(columns=["provenance"], errors="ignore").to_dict(orient="records")
         if bt is not None:
             doc["backtest"] = bt.to_dict(orient="records")
             doc["scored_epochs"] = bt.attrs["scored_epochs"]
-        outputs.append((to_json(doc), args.json))
+        outputs.append((to_json(doc), args.json, "--json"))
     if args.csv is not None:
-        outputs.append((frame_to_csv_text(fc), args.csv))
+        outputs.append((frame_to_csv_text(fc), args.csv, "--csv"))
     if bt is not None and args.json != "-":
         head = f"# {meta['method']} ({meta['method_id']}) on {meta['source']}, target {args.target}"
         if meta["synthetic"]:
             head += "  [SYNTHETIC]"
         txt = head + "\n" + bt.to_string(index=False, float_format=lambda v: f"{v:.3f}") + "\n"
-        outputs.append((txt, "-"))
+        outputs.append((txt, "-", "stdout"))
     if not outputs:
-        outputs.append((frame_to_csv_text(fc), "-"))
-    for text, dest in outputs:
-        emit(text, dest)
+        outputs.append((frame_to_csv_text(fc), "-", "stdout"))
+    with Outputs() as out:
+        for text, dest, flag in outputs:
+            out.add(text, dest, flag)
     return 0
 
 

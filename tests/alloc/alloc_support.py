@@ -9,7 +9,7 @@ from pathlib import Path
 
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.cli import main
-from neuscale_opt.cli.plan import load_plan_input
+from neuscale_opt.planning import load_plan_input
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTANCES = ROOT / "instances" / "alloc"

@@ -18,8 +18,8 @@ from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.alloc.plan import greedy, homogeneous, plan, solve_milp, unlimited
 from neuscale_opt.alloc.solution import PLACEMENT_COLUMNS
 from neuscale_opt.candidates import build_coefficients
-from neuscale_opt.cli.plan import load_plan_input
 from neuscale_opt.instance import load_instance, parse_instance
+from neuscale_opt.planning import load_plan_input
 from neuscale_opt.topology.check import check_placements
 from neuscale_opt.topology.patterns import brute_force_feasible, max_count
 from neuscale_opt.topology.pods import state_of
