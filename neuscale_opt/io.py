@@ -30,15 +30,33 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from neuscale_opt.errors import InputError
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class _NoNumpy:
+    """Stands in for numpy when it is not loaded: then no value can be a numpy value."""
+
+    class integer: ...  # noqa: N801
+
+    class floating: ...  # noqa: N801
+
+    class bool_: ...  # noqa: N801
+
+    class ndarray: ...  # noqa: N801
+
+
+def _numpy() -> Any:
+    """numpy if something loaded it (a numpy value exists only then), without importing it here."""
+    return sys.modules.get("numpy") or _NoNumpy
+
 
 def _default(o: Any) -> Any:
+    np = _numpy()
     if isinstance(o, np.integer):
         return int(o)
     if isinstance(o, np.floating):
@@ -66,7 +84,7 @@ def _clean(obj: Any) -> Any:
     """Recursively replace NaN by null and inf by the string "inf" (JSON has neither)."""
     if isinstance(obj, float):
         return _clean_float(obj)
-    if isinstance(obj, np.floating):
+    if isinstance(obj, _numpy().floating):
         return _clean_float(float(obj))
     if isinstance(obj, dict):
         return {str(k): _clean(v) for k, v in obj.items()}

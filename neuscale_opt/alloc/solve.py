@@ -13,7 +13,10 @@ backends solve exactly the same rows.
 from __future__ import annotations
 
 import contextlib
+import io
+import logging
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -94,7 +97,7 @@ def save_model(m: pyo.ConcreteModel, path: str, fmt: str) -> str:
     dest = path if k == 0 or through else str(p.with_name(f"{p.stem}-{k}{p.suffix}"))
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / f"model.{fmt}"
-        m.write(str(f), format=fmt, io_options={"symbolic_solver_labels": True})
+        m.write(str(f), io_options={"symbolic_solver_labels": True})  # the format from the suffix
         emit(f.read_bytes(), dest, where=f"--save-{fmt}")
     return dest
 
@@ -119,10 +122,54 @@ def solve_model(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     )
 
 
+@contextlib.contextmanager
+def _log_to_stderr():
+    """A logger that prints the solver's log on stderr (so that ``--json -`` stays clean).
+
+    Pyomo captures the solver's file descriptors 1 and 2 while it solves and hands the lines to a
+    logger; the logger writes to a duplicate of stderr's descriptor taken before that capture (a
+    write to fd 2 itself would feed the capture again), or to the ``sys.stderr`` object when it has
+    no descriptor."""
+    try:
+        stream = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
+        own = True
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        stream, own = sys.stderr, False
+    logger = logging.getLogger("neuscale_opt.solver_log")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield logger
+    finally:
+        logger.removeHandler(handler)
+        handler.flush()
+        if own:
+            stream.close()
+
+
+#: The thread count HiGHS's global scheduler was last started with in this process.
+_HIGHS_THREADS: list[int] = []
+
+
+def _highs_threads(threads: int) -> None:
+    """HiGHS starts one global thread scheduler per process and refuses a later solve asking for
+    another thread count (it reports an error, which would read as infeasible); reset the
+    scheduler when the count changes."""
+    if _HIGHS_THREADS and _HIGHS_THREADS[-1] != threads:
+        import highspy
+
+        highspy.Highs.resetGlobalScheduler(True)
+    _HIGHS_THREADS[:] = [threads]
+
+
 def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
+    _highs_threads(int(options.threads))
     opt = Highs()
     opt.config.load_solution = False
-    opt.config.stream_solver = bool(options.solver_log)
+    opt.config.stream_solver = False
     limit = options.solve_time_limit()
     if limit is not None:
         opt.config.time_limit = limit
@@ -134,8 +181,10 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
         "mip_abs_gap": 1e-9,
         "presolve": "on",
     }
-    if options.solver_log:  # the log goes to stderr, so that `--json -` stays clean
-        with contextlib.redirect_stdout(sys.stderr):
+    if options.solver_log:
+        with _log_to_stderr() as logger:
+            opt.config.solver_output_logger = logger
+            opt.config.log_level = logging.INFO
             res = opt.solve(m)
     else:
         res = opt.solve(m)

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from importlib import import_module
 from typing import NoReturn
 
@@ -30,13 +28,20 @@ PROG = "neuscale-opt"
 MODULES: tuple[str, ...] = ("core", "traces", "plan", "replay", "bench")
 
 
-@dataclass(frozen=True)
 class Command:
-    """One subcommand: its one-line help and the function that adds its arguments (and ``func``)."""
+    """One subcommand: its one-line help and the function that adds its arguments (and ``func``).
 
-    help: str
-    configure: Callable[[argparse.ArgumentParser], None]
-    description: str | None = None
+    A plain class rather than a dataclass: building the parser is on the start-up path, and
+    ``dataclasses`` costs more to import than the whole parser takes to build."""
+
+    __slots__ = ("configure", "description", "help")
+
+    def __init__(
+        self, help: str, configure: Callable[[argparse.ArgumentParser], None], description: str | None = None
+    ) -> None:
+        self.help = help
+        self.configure = configure
+        self.description = description
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -98,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except NeuscaleError as exc:
         if args.debug:
+            import traceback
+
             traceback.print_exc()
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code

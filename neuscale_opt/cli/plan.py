@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from neuscale_opt.cli import Command
@@ -34,12 +32,12 @@ FORECASTS = ("last-peak", "ewma", "seasonal-naive", "quantile", "oracle")
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
     from neuscale_opt.alloc.options import BACKENDS, METHODS, OBJECTIVES, PLACEMENTS, SERVINGS, VARIANTS
-    from neuscale_opt.horizon import HORIZON_METHODS
+    from neuscale_opt.planning import HORIZON_ONLY
 
     p.add_argument("instance", nargs="?", help="instance TOML, profile TOML or Mélange JSON (default: embedded)")
     p.add_argument(
         "--method",
-        choices=tuple(dict.fromkeys((*METHODS, *HORIZON_METHODS))),
+        choices=(*METHODS, *HORIZON_ONLY),
         default="milp",
         help="milp (default), greedy, homogeneous, unlimited; horizon policies: oracle, neuscale-autoscaler, "
         "homogeneous-autoscaler",
@@ -397,6 +395,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     data = read_plan(args.plan)
     coeffs, inst = plan_instance(data, args)
     sol = solution_from_dict(data, PlanOptions.from_instance(inst), where=args.plan)
+    from dataclasses import replace
+
     sol = replace(sol, epochs=tuple(e for e in data.get("epochs") or [] if isinstance(e, dict)))
     ev = evaluate_any(sol, coeffs, inst)
     out = {
@@ -423,6 +423,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_import_melange(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from neuscale_opt.alloc.melange import load_melange, melange_to_profile, profile_to_toml
     from neuscale_opt.io import check_output, emit
 

@@ -19,7 +19,6 @@ output is computed before anything is written, and files are written atomically.
 from __future__ import annotations
 
 import argparse
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +139,8 @@ def _format_of(args: argparse.Namespace) -> str:
 
 def _load(args: argparse.Namespace) -> tuple[str, pd.DataFrame, list[str]]:
     """(format, table, warnings) for TRACE: a per-request trace or a rate series."""
+    import warnings
+
     from neuscale_opt.traces.loaders import TraceWarning, load_rate_series, load_trace_file
 
     fmt = _format_of(args)
@@ -171,6 +172,8 @@ def _load(args: argparse.Namespace) -> tuple[str, pd.DataFrame, list[str]]:
 
 
 def _warn(notes: list[str]) -> None:
+    import warnings
+
     from neuscale_opt.traces.loaders import TraceWarning
 
     for n in notes:
