@@ -262,6 +262,7 @@ def plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: P
         else ("greedy", "homogeneous", "unlimited")
     )
     names = [] if args.no_baselines else [m for m in pool if m != sol.method]
+    options = options.replace(save_lp=None, save_mps=None)  # --save-lp/--save-mps: the plan's models only
     with progress_bar(total=len(names), desc="baselines", quiet=args.quiet) as bar:
         for name in names:
             b = plan_any(
