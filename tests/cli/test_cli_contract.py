@@ -263,3 +263,24 @@ def test_help_is_fast_to_build():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False).stdout
     assert out.splitlines()[-1] == "[]"
+
+
+def test_report_of_a_horizon_shorter_than_the_trace(tmp_path, capsys):
+    """epochs.horizon = 3 on a 12-epoch trace: the plan covers 3 epochs and so do the replays."""
+    src = (INSTANCES / "azure-conv.toml").read_text()
+    trace = (INSTANCES / "data" / "azure_llm_2023_conv.csv").as_posix()
+    assert "horizon = 12" in src and '"data/azure_llm_2023_conv.csv"' in src
+    inst = tmp_path / "short.toml"
+    inst.write_text(src.replace("horizon = 12", "horizon = 3").replace('"data/azure_llm_2023_conv.csv"', f'"{trace}"'))
+    out = tmp_path / "rep"
+    code, _, err = run(capsys, "plan", inst, "--method", "greedy", "--no-baselines", "--out", out, "--quiet")
+    assert code == 0, err
+    plan = json.loads((out / "plan.json").read_text())
+    assert sorted({a["epoch"] for a in plan["allocations"]}) == [0, 1, 2]
+    from neuscale_opt.candidates import instance_trace
+    from neuscale_opt.instance import load_instance
+
+    t = instance_trace(load_instance(inst))
+    inside = int((t["arrival_s"] < 3 * 300.0).sum())
+    assert 0 < inside < len(t)
+    assert f"the replays cover the planned epochs ({inside} of {len(t)} requests)" in (out / "report.md").read_text()
