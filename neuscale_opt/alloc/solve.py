@@ -165,6 +165,23 @@ def _highs_threads(threads: int) -> None:
     _HIGHS_THREADS[:] = [threads]
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send what the solver's C++ code prints on file descriptor 1 to stderr while it runs."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # pragma: no cover - no stdout descriptor at all
+        yield
+        return
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     _highs_threads(int(options.threads))
     opt = Highs()
@@ -261,7 +278,11 @@ def _solve_ortools(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     solver.SetNumThreads(int(options.threads))
     params = pywraplp.MPSolverParameters()
     params.SetDoubleParam(pywraplp.MPSolverParameters.RELATIVE_MIP_GAP, float(options.mip_gap))
-    code = solver.Solve(params)
+    if options.solver_log:
+        with _stdout_to_stderr():
+            code = solver.Solve(params)
+    else:
+        code = solver.Solve(params)
     if code == pywraplp.Solver.INFEASIBLE:
         return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "ortools")
     if code not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):

@@ -1,10 +1,13 @@
 """Planning commands: ``plan``, ``evaluate`` and ``import-melange``.
 
-``neuscale-opt plan [INSTANCE] [--method milp|greedy|homogeneous|unlimited]
-[--objective energy|cost|carbon] [--time-limit S] [--json PATH|-] [--out DIR] [--quiet]``
+``neuscale-opt plan [INSTANCE] [--method M] [--independent] [--objective energy|cost|carbon]
+[--time-limit S] [--time-limit-scope per-solve|per-window|total] [--mip-gap G] [--threads N]
+[--solver-log] [--save-lp PATH] [--save-mps PATH] [--json PATH|-] [--out DIR] [--quiet]``
 
-With ``--out DIR`` it also runs the baselines (greedy, homogeneous, unlimited) and writes the
-capacity-planning report there (``report.md``, ``report.html``, ``plan.json``, CSVs, figures).
+With ``--out DIR`` it also runs the baselines (greedy, homogeneous, unlimited; the auto-scalers and
+the oracle for a schedule) and writes the capacity-planning report there (``report.md``,
+``report.html``, ``plan.json``, ``timing.json``, CSVs, figures). Which planner runs is decided by
+:func:`neuscale_opt.planning.uses_schedule`; every output path is checked before any work.
 
 INSTANCE is an instance TOML (roofline coefficients), a profile instance TOML (a ``[profile]``
 table, e.g. written by ``import-melange``) or a Mélange JSON configuration; without it the embedded
