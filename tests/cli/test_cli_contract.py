@@ -284,3 +284,15 @@ def test_report_of_a_horizon_shorter_than_the_trace(tmp_path, capsys):
     inside = int((t["arrival_s"] < 3 * 300.0).sum())
     assert 0 < inside < len(t)
     assert f"the replays cover the planned epochs ({inside} of {len(t)} requests)" in (out / "report.md").read_text()
+
+
+def test_import_melange_slice_factor(tmp_path, capsys):
+    import tomllib
+
+    cfg = INSTANCES / "alloc" / "melange_example.json"
+    assert json.loads(cfg.read_text())["slice_factor"] == 1
+    code, out, err = run(capsys, "import-melange", cfg, "--slice-factor", "3")
+    assert code == 0, err
+    assert tomllib.loads(out)["planning"]["slice_factor"] == 3
+    code, out, _ = run(capsys, "import-melange", cfg)
+    assert tomllib.loads(out)["planning"]["slice_factor"] == 1  # the configuration's own
