@@ -7,9 +7,10 @@ The write rules (the README's "Outputs" section):
   temporary file in the same directory, which is then renamed over the target, so a failure leaves
   the old file intact and nothing half-written. A new file gets the mode ``0666 & ~umask``; a
   replaced file keeps its mode.
-* A non-regular target (a character device such as ``/dev/null``, a FIFO) is written *through*:
-  opened and written, never replaced. A symbolic link is followed and its target written by these
-  same rules; the link itself stays.
+* A non-regular target (a character device such as ``/dev/null``, a FIFO) and a name of an open
+  descriptor (``/dev/stdout``, ``/dev/fd/N``, even when the shell sent it to a file) are written
+  *through*: opened for appending and written, never replaced or truncated. A symbolic link is
+  followed and its target written by these same rules; the link itself stays.
 * A directory, an empty path, a path with a NUL byte, a missing parent directory or a socket is
   bad input (:class:`~neuscale_opt.errors.InputError`, exit 2), raised by :func:`check_output`
   before any work.
@@ -138,28 +139,43 @@ def _check_parent(real: Path, label: str) -> None:
         raise InputError("directory is not writable", where=f"{label} (in {parent})")
 
 
-def check_output(dest: str | None, where: str | None = None) -> None:
-    """Raise :class:`InputError` now if ``dest`` (a file output; ``None`` = none, ``-`` = stdout)
-    cannot be written by the rules of this module. ``where`` names the flag (``--json``)."""
-    if dest is None or dest == "-":
-        return
+def _descriptor_link(dest: str, real: Path) -> bool:
+    """``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``: names of an open descriptor, written
+    through even when it is redirected to a regular file (``> out.json``), never replaced."""
+    return os.path.abspath(dest).startswith(("/dev/", "/proc/")) or str(real).startswith("/proc/")
+
+
+def _kind(dest: str, where: str | None) -> tuple[str, Path]:
+    """``("file", real path)`` for a regular file or a path to create (symbolic links followed to
+    where the file is), ``("through", dest)`` for an existing non-regular target (a device, a FIFO,
+    ``/dev/stdout``: the kernel follows its links), or InputError."""
     label = _label(dest, where)
     real = _resolve(dest, where)
     try:
-        st = os.stat(real)
+        st = os.stat(dest)
     except (FileNotFoundError, NotADirectoryError):
         _check_parent(real, label)
-        return
+        return "file", real
     except OSError as exc:
         raise InputError(f"cannot write ({exc.strerror})", where=label) from None
     if stat.S_ISDIR(st.st_mode):
         raise InputError("is a directory", where=label)
     if stat.S_ISSOCK(st.st_mode):
         raise InputError("is a socket", where=label)
-    if stat.S_ISREG(st.st_mode):
+    if stat.S_ISREG(st.st_mode) and not _descriptor_link(dest, real):
         _check_parent(real, label)
-    elif not os.access(real, os.W_OK):
+        return "file", real
+    if not os.access(dest, os.W_OK):
         raise InputError("is not writable", where=label)
+    return "through", Path(dest)
+
+
+def check_output(dest: str | None, where: str | None = None) -> None:
+    """Raise :class:`InputError` now if ``dest`` (a file output; ``None`` = none, ``-`` = stdout)
+    cannot be written by the rules of this module. ``where`` names the flag (``--json``)."""
+    if dest is None or dest == "-":
+        return
+    _kind(dest, where)
 
 
 def check_output_dir(dest: str, where: str | None = "--out") -> None:
@@ -216,11 +232,10 @@ class Outputs:
         if dest == "-":
             self._staged.append(_Staged("stdout", dest, data))
             return
-        check_output(dest, where)
+        kind, real = _kind(dest, where)
         label = _label(dest, where)
-        real = _resolve(dest, where)
         raw = data.encode("utf-8") if isinstance(data, str) else data
-        if real.exists() and not real.is_file():  # a device or FIFO: written through at commit time
+        if kind == "through":  # a device or FIFO: written through at commit time
             self._staged.append(_Staged("through", label, raw, real=real))
             return
         mode = stat.S_IMODE(real.stat().st_mode) if real.exists() else 0o666 & ~_umask()
@@ -278,7 +293,8 @@ class Outputs:
             for item in self._staged:
                 if item.kind == "through":
                     try:
-                        with open(item.real, "wb") as fh:  # type: ignore[arg-type]
+                        # append, never truncate: /dev/stdout may be a file the shell opened with >>
+                        with open(item.real, "ab") as fh:  # type: ignore[arg-type]
                             fh.write(item.data)  # type: ignore[arg-type]
                     except OSError as exc:
                         raise InputError(f"cannot write ({exc.strerror})", where=item.dest) from None

@@ -104,6 +104,20 @@ def test_fifo_through_the_cli(tmp_path, capsys):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
+def test_dev_stdout_redirected_to_a_file_is_appended_to(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.csv"
+    out.write_text("kept\n")
+    with open(out, "ab") as fh:  # the shell's `>> out.csv`
+        cmd = [sys.executable, "-m", "neuscale_opt.cli", "catalog", "chips", "--csv", "/dev/stdout"]
+        subprocess.run(cmd, stdout=fh, check=True)
+    lines = out.read_text().splitlines()
+    assert lines[0] == "kept" and lines[1].startswith("name,label,vendor")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="only as root could it be replaced")
 def test_dev_null_stays_a_character_device(capsys):
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
