@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 #: Methods that need the horizon model (an instance with a trace and epochs).
 HORIZON_ONLY: tuple[str, ...] = ("oracle", "neuscale-autoscaler", "homogeneous-autoscaler")
+#: The horizon policies ``bench`` runs by name (``rolling-milp``: the horizon model's ``milp``).
+HORIZON_POLICIES: tuple[str, ...] = ("rolling-milp", *HORIZON_ONLY)
 
 
 def load_plan_input(path: str | None) -> tuple[Coefficients, Any]:

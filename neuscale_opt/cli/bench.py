@@ -8,19 +8,17 @@ import sys
 from neuscale_opt.cli import Command
 from neuscale_opt.errors import InputError
 
-#: The methods ``bench`` runs by default (the table itself is built by ``report.bench.run_bench``),
-#: and the horizon policies it also accepts.
-DEFAULT_METHODS = ("milp", "greedy", "homogeneous", "unlimited")
-HORIZON_POLICIES = ("rolling-milp", "oracle", "neuscale-autoscaler", "homogeneous-autoscaler")
-
 
 def _bench_args(p: argparse.ArgumentParser) -> None:
+    from neuscale_opt.alloc.options import METHODS
+    from neuscale_opt.planning import HORIZON_POLICIES
+
+    policies = ",".join(HORIZON_POLICIES)
     p.add_argument("instances", nargs="*", help="instance TOML files (default: the embedded default)")
     p.add_argument(
         "--methods",
-        default=",".join(DEFAULT_METHODS),
-        help=f"comma-separated, from {','.join(DEFAULT_METHODS)} (default all four) and the horizon policies "
-        f"{','.join(HORIZON_POLICIES)}",
+        default=",".join(METHODS),
+        help=f"comma-separated, from {','.join(METHODS)} (default all four) and the horizon policies {policies}",
     )
     p.add_argument("--replay", action="store_true", help="also replay each plan against the trace")
     p.add_argument("--json", metavar="PATH|-", help="write the table as JSON")

@@ -18,10 +18,12 @@ from typing import Any
 
 import pandas as pd
 
+from neuscale_opt.alloc.options import METHODS as ALLOC_METHODS
+from neuscale_opt.planning import HORIZON_POLICIES
+
 #: Epoch methods (every epoch planned independently) and horizon policies (a schedule under the
 #: auto-scaling rules; they need an instance with a trace and epochs).
-EPOCH_METHODS = ("milp", "greedy", "homogeneous", "unlimited")
-HORIZON_POLICIES = ("rolling-milp", "oracle", "neuscale-autoscaler", "homogeneous-autoscaler")
+EPOCH_METHODS: tuple[str, ...] = ALLOC_METHODS
 METHODS = EPOCH_METHODS + HORIZON_POLICIES
 BENCH_COLUMNS = [
     "instance",

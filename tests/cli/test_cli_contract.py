@@ -232,11 +232,12 @@ def test_independent_milp_plans_epoch_by_epoch(capsys):
 
 def test_horizon_only_methods_are_the_horizon_policies():
     from neuscale_opt.horizon import HORIZON_METHODS
-    from neuscale_opt.planning import HORIZON_ONLY
-    from neuscale_opt.report.bench import HORIZON_POLICIES
+    from neuscale_opt.planning import HORIZON_ONLY, HORIZON_POLICIES
+    from neuscale_opt.report.bench import METHODS
 
     assert set(HORIZON_METHODS) == {"milp", *HORIZON_ONLY}
     assert set(HORIZON_POLICIES) == {"rolling-milp", *HORIZON_ONLY}
+    assert METHODS == ("milp", "greedy", "homogeneous", "unlimited", *HORIZON_POLICIES)
 
 
 def test_bench_skips_a_plan_over_the_fleet_when_replaying(tmp_path, capsys):
