@@ -26,11 +26,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from neuscale_opt.alloc.cli import load_plan_input  # noqa: E402
 from neuscale_opt.alloc.melange import MelangeConfig, melange_coefficients  # noqa: E402
 from neuscale_opt.alloc.options import PlanOptions  # noqa: E402
 from neuscale_opt.alloc.plan import plan  # noqa: E402
 from neuscale_opt.errors import NeuscaleError  # noqa: E402
+from neuscale_opt.planning import load_plan_input  # noqa: E402
 
 # Hourly prices of the four GPU types of the Mélange paper's evaluation (on-demand, USD/h).
 MELANGE_PRICES = {"L4": 0.7, "A10G": 1.01, "A100-80GB": 3.67, "H100": 7.516}

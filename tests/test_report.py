@@ -108,17 +108,21 @@ def test_markdown_numbers_equal_plan_json(report_dir):
     assert all(float(r["ratio"]) >= 1 - 1e-9 for r in baselines if r["method"] in ("greedy", "homogeneous"))
 
 
-def test_report_is_deterministic_except_timing(report_dir, tmp_path):
+def test_report_is_byte_identical_except_timing(report_dir, tmp_path):
     again = tmp_path / "again"
     assert main(["plan", str(INSTANCES / "small.toml"), "--out", str(again), "--quiet"]) == 0
-    for name in ("allocations.csv", "epochs.csv", "figures/rooflines.png", "figures/vpods_over_epochs.png"):
-        assert (again / name).read_bytes() == (report_dir / name).read_bytes(), name
-    a = json.loads((again / "plan.json").read_text())
-    b = json.loads((report_dir / "plan.json").read_text())
-    a.pop("solve_seconds"), b.pop("solve_seconds")
-    for e in a["epochs"] + b["epochs"]:
-        e.pop("solve_seconds", None)
-    assert a == b
+    files = sorted(p.relative_to(report_dir).as_posix() for p in report_dir.rglob("*") if p.is_file())
+    assert {"report.md", "report.html", "plan.json", "timing.json"} <= set(files)
+    assert files == sorted(p.relative_to(again).as_posix() for p in again.rglob("*") if p.is_file())
+    for name in files:
+        if name != "timing.json":
+            assert (again / name).read_bytes() == (report_dir / name).read_bytes(), name
+    plan = json.loads((report_dir / "plan.json").read_text())
+    assert "solve_seconds" not in plan and all("solve_seconds" not in e for e in plan["epochs"])
+    timing = json.loads((report_dir / "timing.json").read_text())
+    assert timing["plan"]["method"] == "milp" and timing["plan"]["solve_seconds"] >= 0
+    assert [e["epoch"] for e in timing["plan"]["epochs"]] == [e["epoch"] for e in plan["epochs"]]
+    assert set(timing["baselines"]) == {"greedy", "homogeneous", "unlimited"}
 
 
 @pytest.mark.parametrize("make", ["file_parent", "existing_file", "missing_parent"])

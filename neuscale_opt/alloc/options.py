@@ -8,7 +8,8 @@ from a validated ``Instance``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+import time
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from neuscale_opt.errors import InputError
@@ -19,6 +20,7 @@ Serving = Literal["colocated", "disaggregated"]
 Backend = Literal["highs", "ortools"]
 Method = Literal["milp", "greedy", "homogeneous", "unlimited"]
 Placement = Literal["pattern", "exact", "none"]
+TimeLimitScope = Literal["per-solve", "per-window", "total"]
 
 OBJECTIVES: tuple[str, ...] = ("energy", "cost", "carbon")
 VARIANTS: tuple[str, ...] = ("dedicated", "pooled")
@@ -26,6 +28,7 @@ SERVINGS: tuple[str, ...] = ("colocated", "disaggregated")
 BACKENDS: tuple[str, ...] = ("highs", "ortools")
 METHODS: tuple[str, ...] = ("milp", "greedy", "homogeneous", "unlimited")
 PLACEMENTS: tuple[str, ...] = ("pattern", "exact", "none")
+TIME_LIMIT_SCOPES: tuple[str, ...] = ("per-solve", "per-window", "total")
 
 #: Default multiple of the dearest per-request cost used as the unserved-demand penalty
 #: (see ``formulations/allocation.md``, parameter ``penalty``).
@@ -73,6 +76,19 @@ class PlanOptions:
         inventories are counted only, whatever the setting (``formulations/allocation.md``).
     backend, time_limit_s, mip_gap, threads, seed:
         Solver settings. One thread and a fixed seed keep plans identical run to run.
+    time_limit_scope:
+        What ``time_limit_s`` bounds: ``per-solve`` - every solver call (the default);
+        ``per-window`` - all solves of one epoch (independent epochs) or one window (rolling
+        horizon) together; ``total`` - all solves of the plan together. A solve gets what is left
+        of its budget (:meth:`solve_time_limit`).
+    solver_log:
+        Stream the solver's log to stderr.
+    save_lp, save_mps:
+        Write each solved model to this path (LP or MPS format, via Pyomo); the k-th further solve
+        of the same run to ``<stem>-<k><suffix>``.
+    deadline:
+        Set by :meth:`start_budget`, not by users: the ``time.monotonic()`` at which the running
+        budget ends.
     """
 
     objective: Objective = "energy"
@@ -89,6 +105,11 @@ class PlanOptions:
     mip_gap: float = 1e-6
     threads: int = 1
     seed: int = 0
+    time_limit_scope: TimeLimitScope = "per-solve"
+    solver_log: bool = False
+    save_lp: str | None = None
+    save_mps: str | None = None
+    deadline: float | None = field(default=None, compare=False)  # a budget, not a setting
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -98,6 +119,7 @@ class PlanOptions:
             ("serving", self.serving, SERVINGS),
             ("backend", self.backend, BACKENDS),
             ("placement", self.placement, PLACEMENTS),
+            ("time_limit_scope", self.time_limit_scope, TIME_LIMIT_SCOPES),
         ):
             if value not in allowed:
                 problems.append(f"{name} must be one of {list(allowed)}, got {value!r}")
@@ -125,6 +147,31 @@ class PlanOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def planning_dict(self) -> dict[str, Any]:
+        """The settings that shape the plan (what a plan's provenance records): every field but
+        the output and log settings and the running deadline."""
+        d = asdict(self)
+        for k in ("solver_log", "save_lp", "save_mps", "deadline"):
+            d.pop(k)
+        return d
+
+    def start_budget(self, scope: str) -> PlanOptions:
+        """Options whose solves share one time budget from now, when ``scope`` is this options'
+        ``time_limit_scope``: the planners call ``start_budget("per-window")`` at each epoch or
+        window, the caller of a whole plan ``start_budget("total")``. Otherwise unchanged."""
+        if self.time_limit_s is None or self.time_limit_scope != scope:
+            return self
+        return replace(self, deadline=time.monotonic() + float(self.time_limit_s))
+
+    def solve_time_limit(self) -> float | None:
+        """Seconds the next solve may take: the time limit, or what is left of the running budget
+        (at least 1 ms, so that a spent budget ends the solve at once)."""
+        if self.time_limit_s is None:
+            return None
+        if self.deadline is None:
+            return float(self.time_limit_s)
+        return max(min(float(self.time_limit_s), self.deadline - time.monotonic()), 1e-3)
 
     @classmethod
     def from_instance(cls, instance: Any, **overrides: Any) -> PlanOptions:

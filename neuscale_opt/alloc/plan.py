@@ -239,7 +239,7 @@ def solve_milp(
     per_epoch = []
     prep = prepare(coeffs, opts)
     for e in coeffs.epochs:
-        ctx = build_context(coeffs, opts, e, prep)
+        ctx = build_context(coeffs, opts.start_budget("per-window"), e, prep)
         ep, info = _milp_epoch(ctx)
         per_epoch.append((ctx, ep, info))
         if progress is not None:

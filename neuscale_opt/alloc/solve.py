@@ -12,7 +12,12 @@ backends solve exactly the same rows.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,9 +77,39 @@ def _is_trivial(m: pyo.ConcreteModel) -> bool:
     return not any(True for _ in m.component_data_objects(pyo.Var, descend_into=True))
 
 
+#: Models written per ``save_lp``/``save_mps`` path in this process (the k-th goes to ``<stem>-<k>``).
+_SAVED: dict[str, int] = {}
+
+
+def save_model(m: pyo.ConcreteModel, path: str, fmt: str) -> str:
+    """Write ``m`` in ``fmt`` (``lp`` or ``mps``) through Pyomo to ``path``, or to ``<stem>-<k><suffix>``
+    for the k-th further model written to the same path in this process; returns where it went.
+    The file is written by the rules of :mod:`neuscale_opt.io` (devices and FIFOs written through)."""
+    import tempfile
+    from pathlib import Path
+
+    from neuscale_opt.io import emit
+
+    k = _SAVED.get(path, 0)
+    _SAVED[path] = k + 1
+    p = Path(path)
+    through = p.exists() and not p.is_file()  # a device or FIFO takes every model
+    dest = path if k == 0 or through else str(p.with_name(f"{p.stem}-{k}{p.suffix}"))
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / f"model.{fmt}"
+        m.write(str(f), io_options={"symbolic_solver_labels": True})  # the format from the suffix
+        emit(f.read_bytes(), dest, where=f"--save-{fmt}")
+    return dest
+
+
 def solve_model(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
-    """Solve ``m`` with ``options.backend`` under the time limit, gap, threads and seed given."""
+    """Solve ``m`` with ``options.backend`` under the time limit, gap, threads and seed given
+    (writing the model first when ``save_lp``/``save_mps`` is set)."""
     start = time.perf_counter()
+    if options.save_lp:
+        save_model(m, options.save_lp, "lp")
+    if options.save_mps:
+        save_model(m, options.save_mps, "mps")
     if _is_trivial(m):
         obj = float(pyo.value(m.total_objective.expr))
         return SolveResult("optimal", obj, obj, 0.0, time.perf_counter() - start, options.backend, {})
@@ -87,12 +122,74 @@ def solve_model(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     )
 
 
+@contextlib.contextmanager
+def _log_to_stderr():
+    """A logger that prints the solver's log on stderr (so that ``--json -`` stays clean).
+
+    Pyomo captures the solver's file descriptors 1 and 2 while it solves and hands the lines to a
+    logger; the logger writes to a duplicate of stderr's descriptor taken before that capture (a
+    write to fd 2 itself would feed the capture again), or to the ``sys.stderr`` object when it has
+    no descriptor."""
+    try:
+        stream = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
+        own = True
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        stream, own = sys.stderr, False
+    logger = logging.getLogger("neuscale_opt.solver_log")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield logger
+    finally:
+        logger.removeHandler(handler)
+        handler.flush()
+        if own:
+            stream.close()
+
+
+#: The thread count HiGHS's global scheduler was last started with in this process.
+_HIGHS_THREADS: list[int] = []
+
+
+def _highs_threads(threads: int) -> None:
+    """HiGHS starts one global thread scheduler per process and refuses a later solve asking for
+    another thread count (it reports an error, which would read as infeasible); reset the
+    scheduler when the count changes."""
+    if _HIGHS_THREADS and _HIGHS_THREADS[-1] != threads:
+        import highspy
+
+        highspy.Highs.resetGlobalScheduler(True)
+    _HIGHS_THREADS[:] = [threads]
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send what the solver's C++ code prints on file descriptor 1 to stderr while it runs."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # pragma: no cover - no stdout descriptor at all
+        yield
+        return
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
+    _highs_threads(int(options.threads))
     opt = Highs()
     opt.config.load_solution = False
     opt.config.stream_solver = False
-    if options.time_limit_s is not None:
-        opt.config.time_limit = float(options.time_limit_s)
+    limit = options.solve_time_limit()
+    if limit is not None:
+        opt.config.time_limit = limit
     opt.config.mip_gap = float(options.mip_gap)
     opt.highs_options = {
         "threads": int(options.threads),
@@ -101,7 +198,13 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
         "mip_abs_gap": 1e-9,
         "presolve": "on",
     }
-    res = opt.solve(m)
+    if options.solver_log:
+        with _log_to_stderr() as logger:
+            opt.config.solver_output_logger = logger
+            opt.config.log_level = logging.INFO
+            res = opt.solve(m)
+    else:
+        res = opt.solve(m)
     tc = res.termination_condition
     if tc in (TerminationCondition.infeasible, TerminationCondition.infeasibleOrUnbounded):
         return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "highs")
@@ -167,12 +270,19 @@ def _solve_ortools(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
         objective.SetCoefficient(xs[j], objective.GetCoefficient(xs[j]) + c)
     objective.SetOffset(obj_const)
     objective.SetMinimization()
-    if options.time_limit_s is not None:
-        solver.SetTimeLimit(int(math.ceil(options.time_limit_s * 1000)))
+    limit = options.solve_time_limit()
+    if limit is not None:
+        solver.SetTimeLimit(int(math.ceil(limit * 1000)))
+    if options.solver_log:
+        solver.EnableOutput()
     solver.SetNumThreads(int(options.threads))
     params = pywraplp.MPSolverParameters()
     params.SetDoubleParam(pywraplp.MPSolverParameters.RELATIVE_MIP_GAP, float(options.mip_gap))
-    code = solver.Solve(params)
+    if options.solver_log:
+        with _stdout_to_stderr():
+            code = solver.Solve(params)
+    else:
+        code = solver.Solve(params)
     if code == pywraplp.Solver.INFEASIBLE:
         return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "ortools")
     if code not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):

@@ -20,7 +20,7 @@ from typing import Any
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.alloc.solution import Solution
 from neuscale_opt.coefficients import Coefficients
-from neuscale_opt.errors import InputError
+from neuscale_opt.errors import InputError, TimeLimitError
 from neuscale_opt.horizon.autoscaler import homogeneous_autoscaler, neuscale_autoscaler
 from neuscale_opt.horizon.params import HorizonParams
 from neuscale_opt.horizon.rolling import instance_inventory, plan_full, plan_rolling
@@ -116,7 +116,10 @@ def with_uncoupled_bound(
         peak[c] = max(peak.get(c, 0.0), float(h))
     chips["healthy_chips"] = [peak.get(c, h) for c, h in zip(chips["chip"], chips["healthy_chips"], strict=True)]
     relaxed = replace(coeffs, demand=planned, chips=chips)
-    ref = solve_milp(relaxed, replace(opts, allow_unserved=True, unserved_penalty=sol.penalty_per_req or None))
+    try:
+        ref = solve_milp(relaxed, replace(opts, allow_unserved=True, unserved_penalty=sol.penalty_per_req or None))
+    except TimeLimitError:  # a spent --time-limit-scope total budget: the plan stands, without a bound
+        return sol
     if not math.isfinite(ref.bound):
         return sol
     bound = float(ref.bound)

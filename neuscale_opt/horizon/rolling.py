@@ -217,7 +217,7 @@ def plan_rolling(
     for i, t in enumerate(epochs):
         win = epochs[i : i + h]
         dem = forecast_window(coeffs, fc_method, t, win)
-        ctx = build_window(coeffs, opts, params, win, dem, inv, state, prep)
+        ctx = build_window(coeffs, opts.start_budget("per-window"), params, win, dem, inv, state, prep)
         plans, info = solve_window(ctx, place=[t])
         c = plans[t]
         c = EpochCommit(c.epoch, c.n, c.x, c.s, c.planned, c.status, info, c.placements)

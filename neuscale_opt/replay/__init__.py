@@ -5,8 +5,9 @@ request arrives, joins a vPod of its class's group(s), is prefilled and decoded 
 batching at roofline step times, and is checked against its class's SLO; vPods are held (paid,
 powered) from creation to the end of their drain. Modules: ``plan`` (read and check a plan),
 ``tables`` (roofline step tables), ``engine`` (the event loop), ``simulate`` (the :func:`replay`
-door and the accounting), ``fixtures`` (a simple plan for tests), ``cli`` (``neuscale-opt replay``).
-The model is documented in ``neuscale_opt/replay/README.md``.
+door and the accounting) and ``fixtures`` (a simple plan for tests); the command
+``neuscale-opt replay`` lives in :mod:`neuscale_opt.cli.replay`. The model is documented in
+``neuscale_opt/replay/README.md``.
 """
 
 from __future__ import annotations

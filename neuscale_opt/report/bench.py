@@ -1,4 +1,4 @@
-"""``neuscale-opt bench``: every method on every instance, one table.
+"""Benchmark table of ``neuscale-opt bench``: every method on every instance.
 
 For each instance the coefficients are built once; each method plans on them and the independent
 evaluator accounts the plan. Columns: objective value (evaluated, in the instance's objective
@@ -12,17 +12,19 @@ reported.
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from typing import Any
 
 import pandas as pd
 
-from neuscale_opt.errors import InputError
-from neuscale_opt.io import emit, frame_to_csv_text, write_json
+from neuscale_opt.alloc.options import METHODS as ALLOC_METHODS
+from neuscale_opt.planning import HORIZON_POLICIES
 
-METHODS = ("milp", "greedy", "homogeneous", "unlimited")
+#: Epoch methods (every epoch planned independently) and horizon policies (a schedule under the
+#: auto-scaling rules; they need an instance with a trace and epochs).
+EPOCH_METHODS: tuple[str, ...] = ALLOC_METHODS
+METHODS = EPOCH_METHODS + HORIZON_POLICIES
 BENCH_COLUMNS = [
     "instance",
     "method",
@@ -38,12 +40,22 @@ BENCH_COLUMNS = [
 ]
 
 
-def run_bench(paths: list[str | None], methods: tuple[str, ...], replay: bool = False, progress=None) -> pd.DataFrame:
-    from neuscale_opt.alloc.evaluate import evaluate
+def run_bench(
+    paths: list[str | None],
+    methods: tuple[str, ...],
+    replay: bool = False,
+    progress=None,
+    notes: list[str] | None = None,
+) -> pd.DataFrame:
+    """One row per (instance, method). With ``replay``, a plan holding more chips of a generation
+    than the fleet has (the ``unlimited`` reference, typically) is not replayed: its attainment is
+    NaN and a line saying so is appended to ``notes``."""
     from neuscale_opt.alloc.options import PlanOptions
     from neuscale_opt.alloc.plan import plan
     from neuscale_opt.candidates import build_coefficients
+    from neuscale_opt.horizon import plan_horizon
     from neuscale_opt.instance import load_instance
+    from neuscale_opt.planning import evaluate_any
 
     rows: list[dict[str, Any]] = []
     for path in paths:
@@ -53,11 +65,15 @@ def run_bench(paths: list[str | None], methods: tuple[str, ...], replay: bool = 
         sols = {}
         for method in methods:
             t0 = time.perf_counter()
-            sol = plan(coeffs, opts, method)
+            if method in HORIZON_POLICIES:
+                policy = "milp" if method == "rolling-milp" else method
+                sol = plan_horizon(inst, policy, coeffs=coeffs, options=opts)
+            else:
+                sol = plan(coeffs, opts, method)
             wall = time.perf_counter() - t0
-            # the unlimited reference ignores inventory: account it against unlimited inventory
-            ref = coeffs.with_unlimited_inventory() if method == "unlimited" else coeffs
-            ev = evaluate(sol, ref) if sol.has_plan else None
+            # a schedule is checked with its coupling rules; the unlimited reference ignores
+            # inventory and is accounted against unlimited inventory
+            ev = evaluate_any(sol, coeffs, inst) if sol.has_plan else None
             sols[method] = sol
             row = {
                 "instance": inst.name,
@@ -71,7 +87,14 @@ def run_bench(paths: list[str | None], methods: tuple[str, ...], replay: bool = 
                 "slo_attainment": math.nan,
             }
             if replay and ev is not None:
-                row["slo_attainment"] = _replay_attainment(inst, sol, coeffs)
+                over = _over_fleet(sol, coeffs)
+                if over:
+                    if notes is not None:
+                        notes.append(
+                            f"{inst.name} {method}: not replayed, the plan holds more chips than the fleet ({over})"
+                        )
+                else:
+                    row["slo_attainment"] = _replay_attainment(inst, sol, coeffs)
             rows.append(row)
             if progress is not None:
                 progress.update(1)
@@ -93,6 +116,13 @@ def run_bench(paths: list[str | None], methods: tuple[str, ...], replay: bool = 
     return pd.DataFrame(rows, columns=BENCH_COLUMNS)
 
 
+def _over_fleet(sol, coeffs) -> str:
+    """The generations of which ``sol`` holds more chips than the fleet's healthy inventory."""
+    inv = coeffs.inventory()
+    held = sol.totals.get("chips_by_version", {}) or {}
+    return ", ".join(f"{c} {int(n)} > {int(inv.get(c, 0))}" for c, n in sorted(held.items()) if n > inv.get(c, 0))
+
+
 def _replay_attainment(inst, sol, coeffs=None) -> float:
     """SLO attainment of ``sol`` replayed against the instance's trace (NaN without a trace)."""
     from neuscale_opt.replay import replay
@@ -109,36 +139,3 @@ def to_markdown(df: pd.DataFrame) -> str:
     sep = "|" + "|".join("---" for _ in BENCH_COLUMNS) + "|"
     body = ["| " + " | ".join(num(r[c]) for c in BENCH_COLUMNS) + " |" for r in df.to_dict("records")]
     return "\n".join([head, sep, *body]) + "\n"
-
-
-def register(sub) -> None:
-    p = sub.add_parser("bench", help="run methods on instances and tabulate objective, gap, time")
-    p.add_argument("instances", nargs="*", help="instance TOML files (default: the embedded default)")
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {','.join(METHODS)}")
-    p.add_argument("--replay", action="store_true", help="also replay each plan against the trace")
-    p.add_argument("--json", metavar="PATH|-", help="write the table as JSON")
-    p.add_argument("--md", metavar="PATH|-", help="write the table as Markdown")
-    p.add_argument("--csv", metavar="PATH|-", help="write the table as CSV")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_bench)
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    bad = [m for m in methods if m not in METHODS]
-    if bad or not methods:
-        raise InputError(f"unknown method {bad[0] if bad else ''!r}; known: {', '.join(METHODS)}", where="--methods")
-    paths: list[str | None] = list(args.instances) or [None]
-    from neuscale_opt.report.progress import progress_bar
-
-    with progress_bar(total=len(paths) * len(methods), desc="bench", quiet=args.quiet) as bar:
-        df = run_bench(paths, methods, replay=args.replay, progress=bar)
-    if args.json:
-        write_json({"rows": df.to_dict("records")}, args.json)
-    if args.md:
-        emit(to_markdown(df), args.md)
-    if args.csv:
-        emit(frame_to_csv_text(df), args.csv)
-    if not (args.json or args.md or args.csv):
-        emit(to_markdown(df), "-")
-    return 0

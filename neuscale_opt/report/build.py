@@ -2,8 +2,8 @@
 
 :func:`build_report` turns a plan (any method's :class:`~neuscale_opt.alloc.solution.Solution`),
 its independent evaluation, the baselines that were run and the candidate set into a
-:class:`Report` (file name -> bytes, nothing written yet); :func:`write_report` writes them all
-into a directory or nothing (an unwritable directory is bad input, exit 2).
+:class:`Report` (file name -> bytes, nothing written yet); the command writes them all into a
+directory or nothing (:meth:`neuscale_opt.io.Outputs.add_folder`).
 
 The Markdown and the HTML are rendered from the same list of sections, so their tables carry the
 same numbers as ``plan.json`` (numbers are printed with 10 significant digits, as in the JSON).
@@ -14,17 +14,12 @@ from __future__ import annotations
 import base64
 import html
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from neuscale_opt.catalog import energy_spec, get_chip
-from neuscale_opt.errors import InputError
 from neuscale_opt.io import frame_to_csv_text, to_json
 from neuscale_opt.report import plots
 from neuscale_opt.roofline import chip_rooflines
@@ -143,6 +138,8 @@ def build_report(
     placements: pd.DataFrame | None = None,
     pods: list[dict] | None = None,
     replays: dict[str, dict] | None = None,
+    provenance: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
 ) -> Report:
     """Every file of the report, in memory. ``baselines``: name -> (Solution, Evaluation).
 
@@ -150,10 +147,15 @@ def build_report(
     plans that were replayed against the instance's trace.
 
     ``pods``: for the occupancy maps, dicts with ``pod``, ``chip``, ``dims``, ``failed``.
+
+    ``provenance`` goes into ``plan.json`` as is. Every file is the same bytes run to run except
+    ``timing.json``, which holds the solve times (:func:`timing`).
     """
     baselines = baselines or {}
     name = str(getattr(inst, "name", "instance"))
-    plan = solution.to_dict()
+    plan = solution.to_dict(timing=False)
+    if provenance is not None:
+        plan["provenance"] = provenance
     alloc = solution.allocations
     epochs = coeffs.epochs
     inventory = coeffs.inventory()
@@ -210,13 +212,14 @@ def build_report(
                 )
                 + f"{len(epochs)} epoch(s) of {num(coeffs.epoch_s)} s; variant {solution.options.variant}, "
                 f"{solution.options.serving} serving.",
-                *(f"Note: {n}." for n in (cset.notes if cset is not None else ())),
+                *(f"Note: {n}." for n in (*(cset.notes if cset is not None else ()), *(notes or ()))),
+                "Solve times are in `timing.json` (the one file of the report that differs run to run).",
                 "Independent evaluation: "
                 + ("feasible" if evaluation.feasible else "VIOLATIONS: " + "; ".join(evaluation.violations[:5])),
             ],
             tables=[
                 Table(
-                    ["method", "objective", "status", "objective_value", "bound", "gap", "solve_seconds"],
+                    ["method", "objective", "status", "objective_value", "bound", "gap"],
                     [
                         [
                             plan["method"],
@@ -225,7 +228,6 @@ def build_report(
                             plan["objective_value"],
                             plan["bound"],
                             plan["gap"],
-                            plan.get("solve_seconds"),
                         ]
                     ],
                 ),
@@ -355,6 +357,7 @@ def build_report(
         "report.md": render_markdown(title, sections).encode("utf-8"),
         "report.html": render_html(title, sections, images).encode("utf-8"),
         "plan.json": to_json(plan).encode("utf-8"),
+        "timing.json": to_json(timing(solution, baselines)).encode("utf-8"),
         "allocations.csv": frame_to_csv_text(alloc).encode("utf-8"),
         "epochs.csv": frame_to_csv_text(by_epoch).encode("utf-8"),
     }
@@ -404,50 +407,18 @@ def _why_rows(table: pd.DataFrame, alloc: pd.DataFrame) -> list[list[Any]]:
     return rows
 
 
-def check_out_dir(out_dir: str | Path) -> None:
-    """Fail early (exit 2) when ``out_dir`` cannot be created or written, before any work is done."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError("exists and is not a directory", where=f"--out {out}")
-    probe = out if out.exists() else (out.parent if str(out.parent) else Path("."))
-    if not probe.exists():
-        raise InputError("parent directory does not exist", where=f"--out {out}")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise InputError("directory is not writable", where=f"--out {out}")
-
-
-def write_report(out_dir: str | Path, report: Report) -> list[Path]:
-    """Write every file of ``report`` into ``out_dir`` (created if needed), all or nothing.
-
-    Files are first written into a temporary directory next to ``out_dir`` and then moved in; if the
-    directory cannot be created or written, :class:`InputError` (exit 2) is raised and nothing is left.
-    """
-    out = Path(out_dir)
-    parent = out.parent if str(out.parent) else Path(".")
-    check_out_dir(out)
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
-    except OSError as exc:
-        raise InputError(f"cannot write here ({exc.strerror})", where=f"--out {out}") from None
-    try:
-        for name, data in report.files.items():
-            p = tmp / name
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(data)
-        created = not out.exists()
-        try:
-            if created:
-                os.replace(tmp, out)
-            else:
-                if not os.access(out, os.W_OK):
-                    raise InputError("directory is not writable", where=f"--out {out}")
-                for name in report.files:
-                    dst = out / name
-                    dst.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(tmp / name, dst)
-        except OSError as exc:
-            raise InputError(f"cannot write here ({exc.strerror})", where=f"--out {out}") from None
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return [out / n for n in sorted(report.files)]
+def timing(solution, baselines: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``timing.json``: wall-clock solve seconds of the plan (in total and per epoch or window) and
+    of each baseline. Kept out of every other file so that those are byte-identical run to run."""
+    return {
+        "plan": {
+            "method": solution.method,
+            "solve_seconds": round(float(solution.solve_seconds), 6),
+            "epochs": [
+                {"epoch": e["epoch"], "solve_seconds": round(float(e["solve_seconds"]), 6)}
+                for e in solution.epochs
+                if isinstance(e, dict) and "epoch" in e and "solve_seconds" in e
+            ],
+        },
+        "baselines": {name: round(float(sol.solve_seconds), 6) for name, (sol, _) in sorted((baselines or {}).items())},
+    }

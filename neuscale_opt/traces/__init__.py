@@ -1,6 +1,7 @@
 """Traces to per-epoch demand: loaders, request classes, demand, forecasters and backtests.
 
 Modules: ``spec`` (validated inputs), ``loaders``, ``buckets``, ``demand``, ``forecast``, ``synth``,
-``shipped`` (paths of the traces in ``instances/data``) and ``cli`` (``trace-stats``, ``forecast``).
+and ``shipped`` (paths of the traces in ``instances/data``); the commands ``trace-stats`` and
+``forecast`` live in :mod:`neuscale_opt.cli.traces`.
 The specification is ``formulations/forecast.md``.
 """

@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 from alloc_support import ROOT
 
-from neuscale_opt.alloc.cli import load_plan_input
 from neuscale_opt.alloc.evaluate import evaluate
 from neuscale_opt.alloc.fixtures import make_coefficients, vpod
 from neuscale_opt.alloc.options import PlanOptions
@@ -20,6 +19,7 @@ from neuscale_opt.alloc.plan import greedy, homogeneous, plan, solve_milp, unlim
 from neuscale_opt.alloc.solution import PLACEMENT_COLUMNS
 from neuscale_opt.candidates import build_coefficients
 from neuscale_opt.instance import load_instance, parse_instance
+from neuscale_opt.planning import load_plan_input
 from neuscale_opt.topology.check import check_placements
 from neuscale_opt.topology.patterns import brute_force_feasible, max_count
 from neuscale_opt.topology.pods import state_of

@@ -1,9 +1,4 @@
-"""``neuscale-opt replay`` through :func:`neuscale_opt.cli.main`: output, JSON and exit codes.
-
-Until ``neuscale_opt.commands`` registers :func:`neuscale_opt.replay.cli.register`, the runner
-registers it itself, so these tests run before and after the wiring; ``test_replay_is_wired``
-checks the wiring itself.
-"""
+"""``neuscale-opt replay`` through :func:`neuscale_opt.cli.main`: output, JSON and exit codes."""
 
 from __future__ import annotations
 
@@ -15,9 +10,9 @@ from replay_builders import DEFAULT_INSTANCE
 
 from neuscale_opt import cli
 from neuscale_opt.candidates import build_coefficients
+from neuscale_opt.cli.replay import HEADLINE
 from neuscale_opt.instance import load_instance
 from neuscale_opt.replay import simple_plan
-from neuscale_opt.replay.cli import HEADLINE, register
 
 REQUIRED = (
     "slo_attainment",
@@ -35,17 +30,8 @@ REQUIRED = (
 )
 
 
-def _wired() -> bool:
-    from neuscale_opt import commands
-
-    return any(getattr(r, "__module__", "") == "neuscale_opt.replay.cli" for r in commands.REGISTRARS)
-
-
 @pytest.fixture
-def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable:
-    if not _wired():
-        monkeypatch.setattr(cli, "_registrars", lambda: [register])
-
+def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable:
     def run(*argv: str) -> tuple[int, str, str]:
         code = cli.main(list(argv))
         out, err = capsys.readouterr()
@@ -63,8 +49,7 @@ def plan_file(tmp_path_factory) -> str:
 
 
 def test_replay_is_wired():
-    """Needs ``neuscale_opt.replay.cli.register`` in ``neuscale_opt.commands.REGISTRARS``."""
-    assert _wired()
+    assert "replay" in cli.commands()
 
 
 def test_prints_the_headline(run_cli, plan_file):

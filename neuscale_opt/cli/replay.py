@@ -1,12 +1,14 @@
 """CLI command ``replay``: judge a plan by replaying a trace against it.
 
-``neuscale-opt replay PLAN.json [--instance INSTANCE] [--trace TRACE] [--json PATH|-]
+``neuscale-opt replay PLAN.json [--instance INSTANCE [--force]] [--trace TRACE] [--json PATH|-]
 [--requests PATH|-] [--create-delay S] [--cold-start]``
 
 PLAN.json is a plan in the allocation planner's JSON contract; INSTANCE the instance it was made
-for (default: the embedded default instance); TRACE a per-request trace file (format detected from
-its header; default: the instance's trace). Prints the headline metrics (one ``name value`` line
-each) unless the JSON goes to stdout. Exit codes: 0 replayed (whatever the SLO attainment), 2 bad
+for (default: the instance the plan's provenance records, else the embedded default; an instance
+whose SHA-256 is not the recorded one is refused unless ``--force``); TRACE a per-request trace
+file (format detected from its header; default: the instance's trace). Prints the headline metrics
+(one ``name value`` line each) unless the JSON goes to stdout. ``--json`` and ``--requests`` are
+written both or neither. Exit codes: 0 replayed (whatever the SLO attainment), 2 bad
 input (a plan that does not match the instance, an unreadable trace), with a one-line reason.
 """
 
@@ -15,8 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from neuscale_opt.cli import Command
 from neuscale_opt.errors import EXIT_OK
-from neuscale_opt.io import emit, frame_to_csv_text, write_json
 
 HEADLINE: tuple[str, ...] = (
     "requests",
@@ -36,15 +38,14 @@ HEADLINE: tuple[str, ...] = (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add the ``replay`` subcommand."""
-    p = sub.add_parser(
-        "replay",
-        help="replay a trace against a plan: per-request SLOs, energy, cost, carbon",
-        description=__doc__.split("\n\n")[1],
-    )
+def _replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("plan", metavar="PLAN.json", help="plan JSON (the planner's --json output)")
-    p.add_argument("--instance", default=None, help="instance TOML the plan was made for (default: embedded)")
+    p.add_argument(
+        "--instance",
+        default=None,
+        help="instance TOML the plan was made for (default: the one the plan records, else the embedded default)",
+    )
+    p.add_argument("--force", action="store_true", help="replay on --instance even if it is not the plan's")
     p.add_argument("--trace", default=None, help="per-request trace file (default: the instance's trace)")
     p.add_argument("--json", default=None, metavar="PATH", help="write the summary as JSON to PATH ('-' = stdout)")
     p.add_argument("--requests", default=None, metavar="PATH", help="write per-request results as CSV ('-' = stdout)")
@@ -60,11 +61,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_replay)
 
 
+COMMANDS: dict[str, Command] = {
+    "replay": Command(
+        "replay a trace against a plan: per-request SLOs, energy, cost, carbon",
+        _replay_args,
+        description=__doc__.split("\n\n")[1],
+    ),
+}
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
+    from neuscale_opt.cli.plan import read_plan
     from neuscale_opt.instance import load_instance
+    from neuscale_opt.io import Outputs, check_output, frame_to_csv_text, to_json
+    from neuscale_opt.provenance import check_instance, instance_path, instance_to_use
     from neuscale_opt.replay.simulate import ReplayOptions, instance_trace, replay
 
-    inst = load_instance(args.instance)
+    check_output(args.json, "--json")
+    check_output(args.requests, "--requests")
+    data = read_plan(args.plan)
+    path = instance_to_use(data, args.instance, where="--instance")
+    inst = load_instance(path)
+    check_instance(data, instance_path(path, inst), args.force, where="--instance")
     if args.trace is not None:
         from neuscale_opt.traces.loaders import load_trace_file
 
@@ -78,10 +96,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     with progress_bar(total=inst.epochs.horizon or 0, desc="replay", quiet=args.quiet) as bar:
         res = replay(args.plan, inst, trace, ReplayOptions(**kw), progress=bar.update)
-    if args.json is not None:
-        write_json(res.to_dict(), args.json)
-    if args.requests is not None:
-        emit(frame_to_csv_text(res.requests), args.requests)
+    with Outputs() as out:  # both or neither
+        if args.json is not None:
+            out.add(to_json(res.to_dict()), args.json, "--json")
+        if args.requests is not None:
+            out.add(frame_to_csv_text(res.requests), args.requests, "--requests")
     if args.json != "-" and args.requests != "-":
         width = max(len(k) for k in HEADLINE)
         for k in HEADLINE:

@@ -1,4 +1,4 @@
-"""Subcommands ``trace-stats`` and ``forecast`` (registered by ``neuscale_opt.commands``).
+"""Subcommands ``trace-stats`` and ``forecast``.
 
 ``neuscale-opt trace-stats TRACE [--json [PATH]]``
     Rows, span, rates, token quantiles, requests per epoch and the bucket histogram with the
@@ -19,27 +19,17 @@ output is computed before anything is written, and files are written atomically.
 from __future__ import annotations
 
 import argparse
-import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
-from pydantic import ValidationError
-
+from neuscale_opt.cli import Command
 from neuscale_opt.errors import InputError
-from neuscale_opt.io import emit, frame_to_csv_text, to_json
-from neuscale_opt.traces.buckets import (
-    DEFAULT_INPUT_EDGES,
-    DEFAULT_OUTPUT_EDGES,
-    DEFAULT_TOTAL_EDGES,
-    bucket_table,
-)
-from neuscale_opt.traces.demand import DEFAULT_EPOCH_S, DEFAULT_SUBWINDOW_S, epoch_demand, series_demand
-from neuscale_opt.traces.forecast import METHODS, backtest, forecast
-from neuscale_opt.traces.loaders import TraceWarning, detect_format, load_rate_series, load_trace_file
-from neuscale_opt.traces.spec import BucketSpec, ColumnMap
-from neuscale_opt.traces.synth import compose_demand
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from neuscale_opt.traces.spec import BucketSpec, ColumnMap
 
 FORMATS = ("auto", "azure", "mooncake", "burstgpt", "generic", "rate-series")
 STAT_QUANTILES = (0.5, 0.9, 0.99)
@@ -57,6 +47,9 @@ def _edges(text: str) -> tuple[int, ...]:
 
 
 def _add_trace_options(p: argparse.ArgumentParser) -> None:
+    from neuscale_opt.traces.buckets import DEFAULT_INPUT_EDGES, DEFAULT_OUTPUT_EDGES, DEFAULT_TOTAL_EDGES
+    from neuscale_opt.traces.demand import DEFAULT_EPOCH_S, DEFAULT_SUBWINDOW_S
+
     p.add_argument("trace", metavar="TRACE", help="trace file (CSV, CSV.gz or JSONL; format from its header)")
     p.add_argument("--format", choices=FORMATS, default="auto", help="trace format (default: auto)")
     p.add_argument(
@@ -102,6 +95,11 @@ def _add_trace_options(p: argparse.ArgumentParser) -> None:
 
 
 def _bucket_spec(args: argparse.Namespace) -> BucketSpec | None:
+    from pydantic import ValidationError
+
+    from neuscale_opt.traces.buckets import DEFAULT_INPUT_EDGES, DEFAULT_OUTPUT_EDGES, DEFAULT_TOTAL_EDGES
+    from neuscale_opt.traces.spec import BucketSpec
+
     if args.buckets == "none":
         return None
     try:
@@ -119,6 +117,8 @@ def _bucket_spec(args: argparse.Namespace) -> BucketSpec | None:
 
 
 def _column_map(args: argparse.Namespace) -> ColumnMap | None:
+    from neuscale_opt.traces.spec import ColumnMap
+
     if args.columns is None:
         return None
     names = [c.strip() for c in args.columns.split(",")]
@@ -128,6 +128,8 @@ def _column_map(args: argparse.Namespace) -> ColumnMap | None:
 
 
 def _format_of(args: argparse.Namespace) -> str:
+    from neuscale_opt.traces.loaders import detect_format
+
     if args.format != "auto":
         return args.format
     if args.columns is not None:
@@ -137,6 +139,10 @@ def _format_of(args: argparse.Namespace) -> str:
 
 def _load(args: argparse.Namespace) -> tuple[str, pd.DataFrame, list[str]]:
     """(format, table, warnings) for TRACE: a per-request trace or a rate series."""
+    import warnings
+
+    from neuscale_opt.traces.loaders import TraceWarning, load_rate_series, load_trace_file
+
     fmt = _format_of(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TraceWarning)
@@ -166,11 +172,17 @@ def _load(args: argparse.Namespace) -> tuple[str, pd.DataFrame, list[str]]:
 
 
 def _warn(notes: list[str]) -> None:
+    import warnings
+
+    from neuscale_opt.traces.loaders import TraceWarning
+
     for n in notes:
         warnings.warn(n, TraceWarning, stacklevel=2)
 
 
 def _q(values: np.ndarray) -> dict[str, float]:
+    import numpy as np
+
     qs = np.quantile(values, STAT_QUANTILES) if values.size else [np.nan] * len(STAT_QUANTILES)
     out = {"mean": float(values.mean()) if values.size else np.nan}
     out |= {f"p{round(q * 100)}": float(v) for q, v in zip(STAT_QUANTILES, qs, strict=True)}
@@ -184,6 +196,11 @@ def _q(values: np.ndarray) -> dict[str, float]:
 # ----------------------------------------------------------------------------------------------
 def trace_stats(args: argparse.Namespace) -> dict[str, Any]:
     """The statistics ``trace-stats`` prints, as a JSON-ready dict."""
+    import numpy as np
+
+    from neuscale_opt.traces.buckets import bucket_table
+    from neuscale_opt.traces.demand import epoch_demand
+
     fmt, table, notes = _load(args)
     _warn(notes)
     if fmt == "rate-series":
@@ -241,6 +258,8 @@ def _num(v: float | None, fmt: str) -> str:
 
 
 def _stats_text(s: dict[str, Any]) -> str:
+    import pandas as pd
+
     lines = [f"trace          {s['source']} ({s['format']})"]
     if s["format"] == "rate-series":
         r = s["rate_rps"]
@@ -278,9 +297,12 @@ def _stats_text(s: dict[str, Any]) -> str:
 
 
 def _cmd_trace_stats(args: argparse.Namespace) -> int:
+    from neuscale_opt.io import check_output, emit, to_json
+
+    check_output(args.json, "--json")
     stats = trace_stats(args)
     text = to_json(stats) if args.json is not None else _stats_text(stats)
-    emit(text, args.json if args.json is not None else "-")
+    emit(text, args.json if args.json is not None else "-", "--json")
     return 0
 
 
@@ -294,6 +316,10 @@ def _method_params(args: argparse.Namespace) -> dict[str, float]:
 
 def build_demand(args: argparse.Namespace) -> pd.DataFrame:
     """The demand table the ``forecast`` command works on."""
+    from neuscale_opt.traces.demand import epoch_demand, series_demand
+    from neuscale_opt.traces.loaders import load_trace_file
+    from neuscale_opt.traces.synth import compose_demand
+
     fmt, table, notes = _load(args)
     _warn(notes)
     spec = _bucket_spec(args)
@@ -318,6 +344,13 @@ def build_demand(args: argparse.Namespace) -> pd.DataFrame:
 
 
 def _cmd_forecast(args: argparse.Namespace) -> int:
+    from neuscale_opt.io import Outputs, check_output, frame_to_csv_text, to_json
+    from neuscale_opt.traces.demand import DEFAULT_EPOCH_S
+    from neuscale_opt.traces.forecast import backtest, forecast
+
+    check_output(args.json, "--json")
+    check_output(args.csv, "--csv")
+
     args.epoch_given = args.epoch is not None
     if args.epoch is None:
         args.epoch = DEFAULT_EPOCH_S
@@ -343,46 +376,40 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
     if demand.attrs.get("synthetic"):
         meta["label"] = demand.attrs["label"]
         meta["seed"] = demand.attrs["seed"]
-    # compute every output first, then write (nothing partial on a failure)
-    outputs: list[tuple[str, str]] = []
+    # compute every output first, then write them together (nothing partial on a failure)
+    outputs: list[tuple[str, str, str]] = []
     if args.json is not None:
         doc: dict[str, Any] = dict(meta)
         doc["forecast"] = fc.drop(columns=["provenance"], errors="ignore").to_dict(orient="records")
         if bt is not None:
             doc["backtest"] = bt.to_dict(orient="records")
             doc["scored_epochs"] = bt.attrs["scored_epochs"]
-        outputs.append((to_json(doc), args.json))
+        outputs.append((to_json(doc), args.json, "--json"))
     if args.csv is not None:
-        outputs.append((frame_to_csv_text(fc), args.csv))
+        outputs.append((frame_to_csv_text(fc), args.csv, "--csv"))
     if bt is not None and args.json != "-":
         head = f"# {meta['method']} ({meta['method_id']}) on {meta['source']}, target {args.target}"
         if meta["synthetic"]:
             head += "  [SYNTHETIC]"
         txt = head + "\n" + bt.to_string(index=False, float_format=lambda v: f"{v:.3f}") + "\n"
-        outputs.append((txt, "-"))
+        outputs.append((txt, "-", "stdout"))
     if not outputs:
-        outputs.append((frame_to_csv_text(fc), "-"))
-    for text, dest in outputs:
-        emit(text, dest)
+        outputs.append((frame_to_csv_text(fc), "-", "stdout"))
+    with Outputs() as out:
+        for text, dest, flag in outputs:
+            out.add(text, dest, flag)
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``trace-stats`` and ``forecast`` to the ``neuscale-opt`` subcommands."""
-    p = sub.add_parser(
-        "trace-stats",
-        help="rows, span, rates, token quantiles and bucket histogram of a trace",
-        description="Summarise a request trace (or rate series): the trace-to-workload-distribution tool.",
-    )
+def _trace_stats_args(p: argparse.ArgumentParser) -> None:
     _add_trace_options(p)
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH", help="JSON to PATH or stdout (-)")
     p.set_defaults(func=_cmd_trace_stats)
 
-    f = sub.add_parser(
-        "forecast",
-        help="per-epoch demand, a forecast of it, and a backtest",
-        description="Turn a trace into per-epoch, per-bucket demand and forecast the rate to provision.",
-    )
+
+def _forecast_args(f: argparse.ArgumentParser) -> None:
+    from neuscale_opt.traces.forecast import METHODS
+
     _add_trace_options(f)
     f.set_defaults(epoch=None)
     f.add_argument("--method", required=True, choices=list(METHODS), help="forecaster")
@@ -405,3 +432,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--days", type=float, default=None, help="days of the rate series to use (default all)")
     f.add_argument("--mean-rps", type=float, default=None, help="mean rate of the composition (default TRACE2's)")
     f.set_defaults(func=_cmd_forecast)
+
+
+COMMANDS: dict[str, Command] = {
+    "trace-stats": Command(
+        "rows, span, rates, token quantiles and bucket histogram of a trace",
+        _trace_stats_args,
+        description="Summarise a request trace (or rate series): the trace-to-workload-distribution tool.",
+    ),
+    "forecast": Command(
+        "per-epoch demand, a forecast of it, and a backtest",
+        _forecast_args,
+        description="Turn a trace into per-epoch, per-bucket demand and forecast the rate to provision.",
+    ),
+}

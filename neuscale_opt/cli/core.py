@@ -6,14 +6,8 @@ import argparse
 import math
 import sys
 
-import pandas as pd
-
-from neuscale_opt.candidates import candidates, slice_shapes
-from neuscale_opt.catalog import ENERGY_PROFILES, catalog_frames, energy_spec, get_chip, get_model
+from neuscale_opt.cli import Command
 from neuscale_opt.errors import InputError
-from neuscale_opt.instance import load_instance
-from neuscale_opt.io import write_csv, write_json
-from neuscale_opt.roofline import BOUNDS, chip_rooflines, hw_rows_for, slice_collective, step_cost, vpod_nodes
 
 CANDIDATE_COLUMNS = [
     "config_id",
@@ -43,20 +37,23 @@ CANDIDATE_COLUMNS = [
 ]
 
 
-def register(sub) -> None:
-    p = sub.add_parser("validate", help="check an instance file; --json prints it normalised")
+def _validate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("instance", nargs="?", help="instance TOML (default: the embedded default)")
     p.add_argument("--json", metavar="PATH|-", help="write the normalised instance as JSON")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("candidates", help="list candidate vPod configurations and the Pareto fronts")
+
+def _candidates_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("instance", nargs="?", help="instance TOML (default: the embedded default)")
     p.add_argument("--json", metavar="PATH|-", help="write the candidates as JSON")
     p.add_argument("--csv", metavar="PATH|-", help="write the candidates as CSV")
     p.add_argument("--all", action="store_true", help="every candidate, not only the Pareto-optimal ones")
     p.set_defaults(func=cmd_candidates)
 
-    p = sub.add_parser("roofline", help="roofline of one configuration and one step")
+
+def _roofline_args(p: argparse.ArgumentParser) -> None:
+    from neuscale_opt.catalog import ENERGY_PROFILES
+
     p.add_argument("--model", required=True)
     p.add_argument("--chip", required=True)
     p.add_argument("--chips", type=int, required=True, help="chips in the vPod")
@@ -72,16 +69,42 @@ def register(sub) -> None:
     p.add_argument("--json", metavar="PATH|-", default="-", help="where to write the JSON (default stdout)")
     p.set_defaults(func=cmd_roofline)
 
-    p = sub.add_parser("catalog", help="list the shipped chips, models or energy profiles")
+
+def _catalog_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("table", choices=["chips", "models", "energy_profiles"])
     p.add_argument("--csv", metavar="PATH|-", default="-")
     p.set_defaults(func=cmd_catalog)
 
 
+def _instances_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", metavar="PATH|-", help="write the list as JSON")
+    p.set_defaults(func=cmd_instances)
+
+
+def _init_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", metavar="NAME", help="a shipped instance (see neuscale-opt instances)")
+    p.add_argument("dir", metavar="DIR", help="folder to copy it into (created if missing)")
+    p.set_defaults(func=cmd_init)
+
+
+COMMANDS: dict[str, Command] = {
+    "validate": Command("check an instance file; --json prints it normalised", _validate_args),
+    "candidates": Command("list candidate vPod configurations and the Pareto fronts", _candidates_args),
+    "roofline": Command("roofline of one configuration and one step", _roofline_args),
+    "catalog": Command("list the shipped chips, models or energy profiles", _catalog_args),
+    "instances": Command("list the shipped instances: name, description, path", _instances_args),
+    "init": Command("copy a shipped instance and its data files into a folder, ready to run", _init_args),
+}
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
+    from neuscale_opt.instance import load_instance
+    from neuscale_opt.io import check_output, write_json
+
+    check_output(args.json, "--json")
     inst = load_instance(args.instance)
     if args.json:
-        write_json(inst.normalised(), args.json)
+        write_json(inst.normalised(), args.json, "--json")
     else:
         chips = ", ".join(f"{k} {v}" for k, v in inst.healthy_chips().items())
         print(f"{inst.path}: ok ({inst.model.name}; healthy chips: {chips})")
@@ -89,37 +112,52 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_candidates(args: argparse.Namespace) -> int:
+    from neuscale_opt.candidates import candidates
+    from neuscale_opt.catalog import energy_spec, get_chip
+    from neuscale_opt.instance import load_instance
+    from neuscale_opt.io import Outputs, check_output, frame_to_csv_text, to_json
+    from neuscale_opt.roofline import chip_rooflines
+
+    check_output(args.json, "--json")
+    check_output(args.csv, "--csv")
     inst = load_instance(args.instance)
     cs = candidates(inst)
     t = cs.table
     shown = t if args.all else t[t["pareto_energy"] | t["pareto_cost"]]
     shown = shown.sort_values(["bucket", "phase", "e2e_s", "ttft_s", "tpot_s", "config_id"], kind="mergesort")
     shown = shown[CANDIDATE_COLUMNS].reset_index(drop=True)
-    if args.json:
-        write_json(
-            {
-                "instance": inst.name,
-                "model": cs.model.name,
-                "slo": cs.slo_note,
-                "notes": list(cs.notes),
-                "buckets": cs.buckets.to_dict("records"),
-                "evaluated": int(len(t)),
-                "feasible": int(t["feasible"].sum()),
-                "rooflines": [
-                    chip_rooflines(get_chip(c), energy_spec(get_chip(c), inst.energy.profile)) for c in inst.chip_names
-                ],
-                "candidates": shown.to_dict("records"),
-            },
-            args.json,
-        )
-    if args.csv:
-        write_csv(shown, args.csv)
+    with Outputs() as out:  # both or neither
+        if args.json:
+            out.add(
+                to_json(
+                    {
+                        "instance": inst.name,
+                        "model": cs.model.name,
+                        "slo": cs.slo_note,
+                        "notes": list(cs.notes),
+                        "buckets": cs.buckets.to_dict("records"),
+                        "evaluated": int(len(t)),
+                        "feasible": int(t["feasible"].sum()),
+                        "rooflines": [
+                            chip_rooflines(get_chip(c), energy_spec(get_chip(c), inst.energy.profile))
+                            for c in inst.chip_names
+                        ],
+                        "candidates": shown.to_dict("records"),
+                    }
+                ),
+                args.json,
+                "--json",
+            )
+        if args.csv:
+            out.add(frame_to_csv_text(shown), args.csv, "--csv")
     if not args.json and not args.csv:
         _print_summary(inst.name, cs, shown)
     return 0
 
 
-def _print_summary(name: str, cs, shown: pd.DataFrame) -> None:
+def _print_summary(name: str, cs, shown) -> None:
+    import pandas as pd
+
     t = cs.table
     out = sys.stdout
     out.write(f"instance {name}: {cs.model.name}; SLO {cs.slo_note}\n")
@@ -150,6 +188,12 @@ def _print_summary(name: str, cs, shown: pd.DataFrame) -> None:
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
+    from neuscale_opt.candidates import slice_shapes
+    from neuscale_opt.catalog import energy_spec, get_chip, get_model
+    from neuscale_opt.io import check_output, write_json
+    from neuscale_opt.roofline import BOUNDS, hw_rows_for, slice_collective, step_cost, vpod_nodes
+
+    check_output(args.json, "--json")
     model = get_model(args.model, where="--model")
     chip = get_chip(args.chip, where="--chip")
     for name in ("chips", "batch", "seq_len", "pp", "ep"):
@@ -243,10 +287,37 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         "dcn_bytes": float(sc.dcn_bytes),
         "nodes": nodes,
     }
-    write_json(res, args.json)
+    write_json(res, args.json, "--json")
     return 0
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    write_csv(catalog_frames()[args.table], args.csv)
+    from neuscale_opt.catalog import catalog_frames
+    from neuscale_opt.io import check_output, write_csv
+
+    check_output(args.csv, "--csv")
+    write_csv(catalog_frames()[args.table], args.csv, "--csv")
+    return 0
+
+
+def cmd_instances(args: argparse.Namespace) -> int:
+    from neuscale_opt.io import check_output, write_json
+    from neuscale_opt.shipped import shipped_instances
+
+    check_output(args.json, "--json")
+    rows = shipped_instances()
+    if args.json is not None:
+        write_json([{"name": r.name, "description": r.description, "path": str(r.path)} for r in rows], args.json)
+        return 0
+    width = max(len(r.name) for r in rows)
+    for r in rows:
+        sys.stdout.write(f"{r.name:<{width}}  {r.description}\n{'':<{width}}  {r.path}\n")
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from neuscale_opt.shipped import copy_instance
+
+    target = copy_instance(args.name, args.dir)
+    sys.stdout.write(f"{target}\n")
     return 0

@@ -1,0 +1,7 @@
+"""``python -m neuscale_opt.cli``: the same as the ``neuscale-opt`` console script."""
+
+from __future__ import annotations
+
+from neuscale_opt.cli import main
+
+raise SystemExit(main())

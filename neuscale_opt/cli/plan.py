@@ -1,0 +1,441 @@
+"""Planning commands: ``plan``, ``evaluate`` and ``import-melange``.
+
+``neuscale-opt plan [INSTANCE] [--method M] [--independent] [--objective energy|cost|carbon]
+[--time-limit S] [--time-limit-scope per-solve|per-window|total] [--mip-gap G] [--threads N]
+[--solver-log] [--save-lp PATH] [--save-mps PATH] [--json PATH|-] [--out DIR] [--quiet]``
+
+With ``--out DIR`` it also runs the baselines (greedy, homogeneous, unlimited; the auto-scalers and
+the oracle for a schedule) and writes the capacity-planning report there (``report.md``,
+``report.html``, ``plan.json``, ``timing.json``, CSVs, figures). Which planner runs is decided by
+:func:`neuscale_opt.planning.uses_schedule`; every output path is checked before any work.
+
+INSTANCE is an instance TOML (roofline coefficients), a profile instance TOML (a ``[profile]``
+table, e.g. written by ``import-melange``) or a Mélange JSON configuration; without it the embedded
+default instance is planned. Exit codes: 0 a plan (``optimal``, ``feasible`` or ``time_limit`` with
+an incumbent), 1 infeasible (one-line diagnosis on stderr), 2 bad input, 3 time limit without any
+plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from neuscale_opt.cli import Command
+from neuscale_opt.errors import EXIT_INFEASIBLE, EXIT_OK
+
+if TYPE_CHECKING:
+    from neuscale_opt.alloc.options import PlanOptions
+    from neuscale_opt.alloc.solution import Solution
+    from neuscale_opt.coefficients import Coefficients
+
+FORECASTS = ("last-peak", "ewma", "seasonal-naive", "quantile", "oracle")
+
+
+def _plan_args(p: argparse.ArgumentParser) -> None:
+    from neuscale_opt.alloc.options import BACKENDS, METHODS, OBJECTIVES, PLACEMENTS, SERVINGS, VARIANTS
+    from neuscale_opt.planning import HORIZON_ONLY
+
+    p.add_argument("instance", nargs="?", help="instance TOML, profile TOML or Mélange JSON (default: embedded)")
+    p.add_argument(
+        "--method",
+        choices=(*METHODS, *HORIZON_ONLY),
+        default="milp",
+        help="milp (default), greedy, homogeneous, unlimited; horizon policies: oracle, neuscale-autoscaler, "
+        "homogeneous-autoscaler",
+    )
+    p.add_argument("--window", type=int, default=None, metavar="H", help="rolling horizon window (epochs)")
+    p.add_argument("--forecast", choices=FORECASTS, default=None, help="forecaster of the rolling horizon")
+    p.add_argument("--objective", choices=OBJECTIVES, default=None, help="override the instance's objective")
+    p.add_argument("--variant", choices=VARIANTS, default=None, help="override planning.variant")
+    p.add_argument("--serving", choices=SERVINGS, default=None, help="override planning.serving")
+    p.add_argument("--backend", choices=BACKENDS, default=None, help="override solver.backend")
+    p.add_argument("--placement", choices=PLACEMENTS, default=None, help="override planning.placement")
+    p.add_argument("--allow-unserved", action="store_true", default=None, help="plan partially if over-subscribed")
+    p.add_argument(
+        "--independent",
+        action="store_true",
+        help="plan every epoch independently, also on an instance with a [horizon] table",
+    )
+    add_solver_args(p)
+    p.add_argument("--json", default=None, metavar="PATH", help="write the plan as JSON to PATH ('-' = stdout)")
+    p.add_argument("--out", default=None, metavar="DIR", help="write the report (Markdown, HTML, JSON, CSV) to DIR")
+    p.add_argument("--no-baselines", action="store_true", help="with --out: do not run the baselines")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_plan)
+
+
+def _positive_float(text: str) -> float:
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return v
+
+
+def _gap(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text!r}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return v
+
+
+def add_solver_args(p: argparse.ArgumentParser) -> None:
+    """The solver options of ``plan`` and ``bench`` (they fill :class:`PlanOptions`)."""
+    from neuscale_opt.alloc.options import TIME_LIMIT_SCOPES
+
+    p.add_argument("--time-limit", type=_positive_float, default=None, metavar="S", help="solver time limit (s)")
+    p.add_argument(
+        "--time-limit-scope",
+        choices=TIME_LIMIT_SCOPES,
+        default=None,
+        help="what --time-limit bounds: each solve (per-solve, default), each epoch or window (per-window), "
+        "or the whole plan (total)",
+    )
+    p.add_argument("--mip-gap", type=_gap, default=None, metavar="G", help="relative MIP gap (default 1e-6)")
+    p.add_argument("--threads", type=_positive_int, default=None, metavar="N", help="solver threads (default 1)")
+    p.add_argument("--solver-log", action="store_true", default=None, help="stream the solver's log to stderr")
+    p.add_argument("--save-lp", default=None, metavar="PATH", help="write each solved model as LP (Pyomo)")
+    p.add_argument("--save-mps", default=None, metavar="PATH", help="write each solved model as MPS (Pyomo)")
+
+
+def solver_overrides(args: argparse.Namespace) -> dict:
+    """The :class:`PlanOptions` fields the solver flags set (``None`` = keep the instance's)."""
+    return {
+        "time_limit_s": args.time_limit,
+        "time_limit_scope": args.time_limit_scope,
+        "mip_gap": args.mip_gap,
+        "threads": args.threads,
+        "solver_log": args.solver_log,
+        "save_lp": args.save_lp,
+        "save_mps": args.save_mps,
+    }
+
+
+def check_solver_outputs(args: argparse.Namespace) -> None:
+    from neuscale_opt.io import check_output
+
+    check_output(args.save_lp, "--save-lp")
+    check_output(args.save_mps, "--save-mps")
+
+
+def _evaluate_args(e: argparse.ArgumentParser) -> None:
+    e.add_argument("plan", help="plan JSON (from neuscale-opt plan or any producer following its contract)")
+    e.add_argument(
+        "--instance", default=None, help="instance TOML (default: the one the plan records, else the embedded default)"
+    )
+    e.add_argument("--force", action="store_true", help="check against --instance even if it is not the plan's")
+    e.add_argument("--json", default=None, metavar="PATH", help="write the evaluation as JSON ('-' = stdout)")
+    e.set_defaults(func=cmd_evaluate)
+
+
+def _import_melange_args(m: argparse.ArgumentParser) -> None:
+    m.add_argument("config", help="Mélange configuration JSON (gpu_info, workload_distribution, ...)")
+    m.add_argument("-o", "--output", default="-", metavar="INSTANCE", help="output TOML path ('-' = stdout)")
+    m.add_argument(
+        "--slice-factor",
+        type=_positive_int,
+        default=None,
+        metavar="S",
+        help="split each class into S equal slices as Mélange does (default: the configuration's)",
+    )
+    m.set_defaults(func=cmd_import_melange)
+
+
+COMMANDS: dict[str, Command] = {
+    "plan": Command(
+        "plan vPods per class and generation for each epoch (MILP, greedy or baselines)",
+        _plan_args,
+        description=__doc__.split("\n\n")[1],
+    ),
+    "evaluate": Command(
+        "re-check any plan JSON against an instance and account its energy, money and carbon", _evaluate_args
+    ),
+    "import-melange": Command(
+        "convert a Mélange configuration (JSON) into a profile instance (TOML)", _import_melange_args
+    ),
+}
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from neuscale_opt.alloc.options import PlanOptions
+    from neuscale_opt.instance import Instance
+    from neuscale_opt.io import Outputs, check_output, check_output_dir
+    from neuscale_opt.planning import load_plan_input, plan_any, uses_schedule
+    from neuscale_opt.report.progress import progress_bar
+
+    # every output is checked before any work: exit 2, nothing written
+    check_output(args.json, "--json")
+    if args.out is not None:
+        check_output_dir(args.out, "--out")
+    check_solver_outputs(args)
+    coeffs, inst = load_plan_input(args.instance)
+    options = PlanOptions.from_instance(
+        inst,
+        objective=args.objective,
+        variant=args.variant,
+        serving=args.serving,
+        backend=args.backend,
+        allow_unserved=args.allow_unserved,
+        placement=args.placement,
+        **solver_overrides(args),
+    )
+    schedule = uses_schedule(inst, args.method, args.independent, args.window, args.forecast)
+    if not schedule and not args.independent and isinstance(inst, Instance):
+        from neuscale_opt.horizon import uses_horizon
+
+        if uses_horizon(inst):
+            print(
+                f"neuscale-opt: note: {args.method} plans every epoch independently (as with --independent); "
+                "the instance's [horizon] rules do not apply to it",
+                file=sys.stderr,
+            )
+    with progress_bar(total=len(coeffs.epochs), desc=f"plan {args.method}", quiet=args.quiet) as bar:
+        sol = plan_any(
+            inst,
+            coeffs,
+            args.method,
+            options.start_budget("total"),
+            independent=args.independent,
+            window=args.window,
+            forecast=args.forecast,
+            progress=bar.update,
+        )
+    prov = plan_provenance(args, inst, options)
+    if args.json != "-":
+        sys.stdout.write(summary(sol, coeffs, inst))
+    with Outputs() as out:
+        out.add(plan_json(sol, prov, timing=True), args.json, "--json")
+        if args.out is not None and sol.has_plan:
+            out.add_folder(plan_report(args, inst, coeffs, options, sol, prov).files, args.out, "--out")
+    if args.out is not None and sol.has_plan and args.json != "-":
+        sys.stdout.write(f"report: {args.out}\n")
+    if sol.status == "infeasible":
+        print(f"neuscale-opt: infeasible: {sol.diagnosis}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    return EXIT_OK
+
+
+def plan_provenance(args: argparse.Namespace, inst, options: PlanOptions) -> dict:
+    from neuscale_opt import provenance
+
+    return provenance.plan_provenance(
+        args.instance, inst, args.method, options.planning_dict(), getattr(args, "argv", None)
+    )
+
+
+def plan_json(sol: Solution, prov: dict, timing: bool) -> str:
+    """The plan's JSON (the contract of ``Solution.to_dict``) with its ``provenance``."""
+    from neuscale_opt.io import to_json
+
+    return to_json({**sol.to_dict(timing=timing), "provenance": prov})
+
+
+def plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: PlanOptions, sol: Solution, prov: dict):
+    """Run the baselines, evaluate every plan independently and build the report (nothing written)."""
+    from neuscale_opt.planning import evaluate_any, is_schedule, plan_any
+    from neuscale_opt.report.build import build_report
+    from neuscale_opt.report.progress import progress_bar
+
+    baselines: dict[str, tuple[Solution, object]] = {}
+    # a horizon plan is compared with the horizon policies (the auto-scalers and the oracle), an
+    # epoch-by-epoch plan with the epoch baselines
+    horizon = is_schedule(sol)
+    pool = (
+        ("neuscale-autoscaler", "homogeneous-autoscaler", "oracle")
+        if horizon
+        else ("greedy", "homogeneous", "unlimited")
+    )
+    names = [] if args.no_baselines else [m for m in pool if m != sol.method]
+    options = options.replace(save_lp=None, save_mps=None)  # --save-lp/--save-mps: the plan's models only
+    with progress_bar(total=len(names), desc="baselines", quiet=args.quiet) as bar:
+        for name in names:
+            b = plan_any(
+                inst,
+                coeffs,
+                name,
+                options.start_budget("total"),
+                independent=not horizon,
+                window=args.window if horizon else None,
+                forecast=args.forecast if horizon else None,
+            )
+            baselines[name] = (b, evaluate_any(b, coeffs, inst) if b.has_plan else None)
+            bar.update(1)
+    ev = evaluate_any(sol, coeffs, inst)
+    cset = None
+    from neuscale_opt.instance import Instance
+
+    if isinstance(inst, Instance):
+        from neuscale_opt.candidates import candidates
+
+        cset = candidates(inst)
+    replays = {}
+    notes: list[str] = []
+    if cset is not None and inst.workload.trace is not None:
+        from neuscale_opt.candidates import instance_trace
+        from neuscale_opt.replay import replay
+
+        trace, note = planned_part(instance_trace(inst), coeffs)
+        notes += [note] if note else []
+        todo = [(sol.method, sol)] + [(n, b) for n, (b, _) in baselines.items() if n != "unlimited" and b.has_plan]
+        with progress_bar(total=len(todo), desc="replay", quiet=args.quiet) as bar:
+            for name, s in todo:
+                replays[name] = replay(s.to_dict(timing=False), inst, trace, coeffs=coeffs).totals
+                bar.update(1)
+    pods = None if coeffs.pods is None else coeffs.pods.to_dict("records")
+    placements = getattr(sol, "placements", None)
+    return build_report(
+        inst,
+        cset,
+        coeffs,
+        sol,
+        ev,
+        baselines,
+        placements=placements,
+        pods=pods,
+        replays=replays or None,
+        provenance=prov,
+        notes=notes,
+    )
+
+
+def planned_part(trace, coeffs: Coefficients):
+    """The requests of ``trace`` that arrive in the planned epochs, and a note when that is not all
+    of them (an instance whose ``epochs.horizon`` is shorter than its trace): the replay covers
+    exactly the planned epochs."""
+    import math
+
+    epoch_s = float(coeffs.epoch_s)
+    end_s = (max(coeffs.epochs) + 1) * epoch_s if len(coeffs.epochs) else 0.0
+    inside = trace[trace["arrival_s"] < end_s]
+    if len(inside) == len(trace):
+        return trace, None
+    held = int(math.floor(float(trace["arrival_s"].max()) / epoch_s)) + 1
+    return inside, (
+        f"the trace spans {held} epochs of {epoch_s:g} s and {len(coeffs.epochs)} are planned: the replays "
+        f"cover the planned epochs ({len(inside)} of {len(trace)} requests)"
+    )
+
+
+def summary(sol: Solution, coeffs: Coefficients, inst=None) -> str:
+    """A short human-readable report of a plan."""
+    lines = [f"method {sol.method} ({sol.options.variant}, {sol.options.serving}): {sol.status}"]
+    if not sol.has_plan:
+        return "\n".join(lines) + "\n"
+    unit = {"energy": "J", "cost": "USD", "carbon": "kgCO2e"}[sol.objective]
+    lines.append(
+        f"objective {sol.objective} = {sol.objective_value:.6g} {unit}; bound {sol.bound:.6g}; "
+        f"gap {sol.gap:.3g}; {sol.solve_seconds:.3f} s"
+    )
+    t = sol.totals
+    lines.append(
+        f"energy {t['energy_j']:.6g} J, cost {t['cost_usd']:.6g} USD, carbon {t['carbon_kg']:.6g} kg, "
+        f"unserved {t['unserved_rps']:.4g} req/s"
+    )
+    lines.append("chips by generation: " + ", ".join(f"{c} {n}" for c, n in t["chips_by_version"].items()))
+    cols = ["epoch", "bucket", "phase", "chip", "shape", "chips_per_vpod", "n_vpods", "rate_rps"]
+    if len(sol.allocations):
+        lines.append(sol.allocations[cols].to_string(index=False))
+    from neuscale_opt.planning import evaluate_any
+
+    ev = evaluate_any(sol, coeffs, inst)
+    placed = len(sol.placements) if getattr(sol, "placements", None) is not None else 0
+    line = f"placement: {ev.totals.get('placement', 'not applicable')}, {placed} vPods placed"
+    if getattr(ev, "unplaced", ()):
+        line += f"; not placed: {', '.join(ev.unplaced)}"
+    lines.insert(4, line)
+    if not ev.feasible:
+        lines.append("evaluation: " + "; ".join(ev.violations))
+    return "\n".join(lines) + "\n"
+
+
+def read_plan(path: str) -> dict:
+    """The JSON object of a plan file (the replay's reader: one line naming the file on error)."""
+    from neuscale_opt.replay.plan import _read
+
+    return _read(path)[0]
+
+
+def plan_instance(data: dict, args: argparse.Namespace) -> tuple[Coefficients, object]:
+    """Coefficients and instance to check or replay the plan ``data`` against: ``--instance`` or
+    the instance the plan records, refused when its SHA-256 differs from the recorded one unless
+    ``--force``."""
+    from neuscale_opt.planning import load_plan_input
+    from neuscale_opt.provenance import check_instance, instance_path, instance_to_use
+
+    path = instance_to_use(data, args.instance, where="--instance")
+    coeffs, inst = load_plan_input(path)
+    check_instance(data, instance_path(path, inst), args.force, where="--instance")
+    return coeffs, inst
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Independent re-check of a plan file: exit 0 when feasible, 1 when it violates anything,
+    2 when the file is not a well-formed plan."""
+    from neuscale_opt.alloc.options import PlanOptions
+    from neuscale_opt.alloc.solution import solution_from_dict
+    from neuscale_opt.io import check_output, write_json
+    from neuscale_opt.planning import evaluate_any
+
+    check_output(args.json, "--json")
+    data = read_plan(args.plan)
+    coeffs, inst = plan_instance(data, args)
+    sol = solution_from_dict(data, PlanOptions.from_instance(inst), where=args.plan)
+    from dataclasses import replace
+
+    sol = replace(sol, epochs=tuple(e for e in data.get("epochs") or [] if isinstance(e, dict)))
+    ev = evaluate_any(sol, coeffs, inst)
+    out = {
+        "plan": args.plan,
+        "method": sol.method,
+        "feasible": ev.feasible,
+        "violations": list(ev.violations),
+        "objective": sol.objective,
+        "objective_value": ev.objective_value,
+        "claimed_objective_value": sol.objective_value,
+        "totals": ev.totals,
+    }
+    if args.json is not None:
+        write_json(out, args.json, "--json")
+    if args.json != "-":
+        verdict = "feasible" if ev.feasible else f"{len(ev.violations)} violation(s)"
+        sys.stdout.write(
+            f"{args.plan}: {verdict}; {sol.objective} = {ev.objective_value:.6g} "
+            f"(plan claims {sol.objective_value:.6g})\n"
+        )
+        for v in ev.violations[:20]:
+            sys.stdout.write(f"  {v}\n")
+    return EXIT_OK if ev.feasible else EXIT_INFEASIBLE
+
+
+def cmd_import_melange(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from neuscale_opt.alloc.melange import load_melange, melange_to_profile, profile_to_toml
+    from neuscale_opt.io import check_output, emit
+
+    check_output(args.output, "--output")
+    cfg = load_melange(args.config)
+    if args.slice_factor is not None:
+        cfg = cfg.model_copy(update={"slice_factor": args.slice_factor})
+    inst = melange_to_profile(cfg, name=Path(args.config).stem)
+    emit(profile_to_toml(inst), args.output, "--output")
+    return EXIT_OK
