@@ -16,7 +16,6 @@ The commands ``plan``, ``evaluate`` and ``bench`` and the report share these thr
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuscale_opt.errors import InputError
@@ -33,33 +32,18 @@ HORIZON_POLICIES: tuple[str, ...] = ("rolling-milp", *HORIZON_ONLY)
 
 
 def load_plan_input(path: str | None) -> tuple[Coefficients, Any]:
-    """Coefficients and the instance-like object options are read from, for any accepted input."""
-    import tomllib
+    """Coefficients and the instance-like object options are read from, for any accepted input
+    (read by the one loader, :func:`neuscale_opt.instance.load_instance` with ``profile=True``)."""
+    from neuscale_opt.instance import Instance, load_instance
 
-    from neuscale_opt.alloc.melange import (
-        is_profile_instance,
-        load_melange,
-        melange_to_profile,
-        parse_profile_instance,
-        profile_coefficients,
-    )
+    inst = load_instance(path, profile=True)
+    if isinstance(inst, Instance):
+        from neuscale_opt.candidates import build_coefficients
 
-    if path is not None and path.lower().endswith(".json"):
-        inst = melange_to_profile(load_melange(path), name=Path(path).stem)
-        return profile_coefficients(inst), inst
-    if path is not None and Path(path).is_file():
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise InputError(f"malformed TOML: {exc}", where=path) from None
-        if is_profile_instance(data):
-            inst = parse_profile_instance(data, where=path)
-            return profile_coefficients(inst), inst
-    from neuscale_opt.candidates import build_coefficients
-    from neuscale_opt.instance import load_instance
+        return build_coefficients(inst), inst
+    from neuscale_opt.alloc.melange import profile_coefficients
 
-    instance = load_instance(path)
-    return build_coefficients(instance), instance
+    return profile_coefficients(inst), inst
 
 
 def is_schedule(sol: Solution) -> bool:

@@ -28,18 +28,18 @@ class ShippedInstance:
 
 
 def shipped_instances() -> list[ShippedInstance]:
-    """Every shipped instance TOML, by name."""
+    """Every shipped instance TOML, by name (the names :func:`neuscale_opt.instance.load_instance`
+    resolves), with the first line of its description."""
+    from neuscale_opt.instance import shipped_instances as shipped_files
+
     out = []
-    for p in sorted(INSTANCES_DIR.rglob("*.toml")):
-        rel = p.relative_to(INSTANCES_DIR)
-        if rel.parts[0] == "data":
-            continue
+    for name, p in shipped_files().items():
         try:
             data = tomllib.loads(p.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):  # pragma: no cover - shipped files parse
             continue
         desc = str(data.get("description") or data.get("name") or "")
-        out.append(ShippedInstance(rel.with_suffix("").as_posix(), desc.splitlines()[0] if desc else "", p))
+        out.append(ShippedInstance(name, desc.splitlines()[0] if desc else "", p))
     return out
 
 

@@ -98,11 +98,19 @@ COMMANDS: dict[str, Command] = {
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from neuscale_opt.instance import load_instance
+    from neuscale_opt.instance import Instance, load_instance
     from neuscale_opt.io import check_output, write_json
 
     check_output(args.json, "--json")
-    inst = load_instance(args.instance)
+    # the one loader: instances, profile TOMLs (as import-melange writes) and Mélange JSONs
+    inst = load_instance(args.instance, profile=True)
+    if not isinstance(inst, Instance):
+        accs = ", ".join(a.name for a in inst.profile.accelerators)
+        if args.json:
+            write_json(inst.model_dump(mode="json"), args.json, "--json")
+        else:
+            print(f"{args.instance}: ok (profile instance {inst.name}; accelerators: {accs})")
+        return 0
     if args.json:
         write_json(inst.normalised(), args.json, "--json")
     else:

@@ -54,6 +54,14 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--placement", choices=PLACEMENTS, default=None, help="override planning.placement")
     p.add_argument("--allow-unserved", action="store_true", default=None, help="plan partially if over-subscribed")
     p.add_argument(
+        "--slice-factor",
+        type=_positive_int,
+        default=None,
+        metavar="S",
+        help="profile/Mélange inputs: split each class into S equal slices as Mélange does "
+        "(default: the exact continuous-share optimum)",
+    )
+    p.add_argument(
         "--independent",
         action="store_true",
         help="plan every epoch independently, also on an instance with a [horizon] table",
@@ -155,7 +163,7 @@ def _import_melange_args(m: argparse.ArgumentParser) -> None:
         type=_positive_int,
         default=None,
         metavar="S",
-        help="split each class into S equal slices as Mélange does (default: the configuration's)",
+        help="split each class into S equal slices as Mélange does (default: the exact continuous-share optimum)",
     )
     m.set_defaults(func=cmd_import_melange)
 
@@ -196,6 +204,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         backend=args.backend,
         allow_unserved=args.allow_unserved,
         placement=args.placement,
+        slice_factor=args.slice_factor,
         **solver_overrides(args),
     )
     schedule = uses_schedule(inst, args.method, args.independent, args.window, args.forecast)
@@ -222,6 +231,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     prov = plan_provenance(args, inst, options)
     if args.json != "-":
         sys.stdout.write(summary(sol, coeffs, inst))
+        sys.stdout.write(melange_comparison(args.instance, args.slice_factor))
     with Outputs() as out:
         out.add(plan_json(sol, prov, timing=True), args.json, "--json")
         if args.out is not None and sol.has_plan:
@@ -232,6 +242,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"neuscale-opt: infeasible: {sol.diagnosis}", file=sys.stderr)
         return EXIT_INFEASIBLE
     return EXIT_OK
+
+
+def melange_comparison(path: str | None, slice_factor: int | None) -> str:
+    """For a Mélange JSON input, both answers side by side: the exact continuous-share optimum and
+    Mélange's slice answer (``slice_factor``, default the configuration's own); else nothing."""
+    if path is None or not str(path).lower().endswith(".json"):
+        return ""
+    from neuscale_opt.alloc.melange import load_melange, solve_melange
+
+    return solve_melange(load_melange(path), slice_factor=slice_factor).summary()
 
 
 def plan_provenance(args: argparse.Namespace, inst, options: PlanOptions) -> dict:
@@ -318,20 +338,17 @@ def plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: P
 
 
 def planned_part(trace, coeffs: Coefficients):
-    """The requests of ``trace`` that arrive in the planned epochs, and a note when that is not all
-    of them (an instance whose ``epochs.horizon`` is shorter than its trace): the replay covers
-    exactly the planned epochs."""
-    import math
-
-    epoch_s = float(coeffs.epoch_s)
-    end_s = (max(coeffs.epochs) + 1) * epoch_s if len(coeffs.epochs) else 0.0
-    inside = trace[trace["arrival_s"] < end_s]
-    if len(inside) == len(trace):
+    """The note a report carries when the instance's trace holds requests beyond the planned epochs
+    (``epochs.horizon`` shorter than the trace). The trace was cut to the planned epochs by the one
+    loader (:func:`neuscale_opt.candidates.cut_to_horizon`), so plan, evaluation and replays cover
+    exactly the same requests; this only says how many were left out."""
+    left = int(trace.attrs.get("rows_beyond_horizon", 0))
+    if left == 0:
         return trace, None
-    held = int(math.floor(float(trace["arrival_s"].max()) / epoch_s)) + 1
-    return inside, (
-        f"the trace spans {held} epochs of {epoch_s:g} s and {len(coeffs.epochs)} are planned: the replays "
-        f"cover the planned epochs ({len(inside)} of {len(trace)} requests)"
+    total = len(trace) + left
+    return trace, (
+        f"the trace holds requests beyond the {len(coeffs.epochs)} planned epochs of {float(coeffs.epoch_s):g} s: "
+        f"the plan and the replays cover the planned epochs ({len(trace)} of {total} requests)"
     )
 
 
@@ -398,7 +415,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     check_output(args.json, "--json")
     data = read_plan(args.plan)
     coeffs, inst = plan_instance(data, args)
-    sol = solution_from_dict(data, PlanOptions.from_instance(inst), where=args.plan)
+    sol = solution_from_dict(data, PlanOptions.from_instance(inst), where=args.plan, coeffs=coeffs)
     from dataclasses import replace
 
     sol = replace(sol, epochs=tuple(e for e in data.get("epochs") or [] if isinstance(e, dict)))
@@ -434,8 +451,8 @@ def cmd_import_melange(args: argparse.Namespace) -> int:
 
     check_output(args.output, "--output")
     cfg = load_melange(args.config)
-    if args.slice_factor is not None:
-        cfg = cfg.model_copy(update={"slice_factor": args.slice_factor})
-    inst = melange_to_profile(cfg, name=Path(args.config).stem)
+    inst = melange_to_profile(cfg, name=Path(args.config).stem, slice_factor=args.slice_factor)
     emit(profile_to_toml(inst), args.output, "--output")
+    # both answers on stderr (stdout may be the TOML itself)
+    sys.stderr.write(melange_comparison(args.config, args.slice_factor))
     return EXIT_OK

@@ -114,7 +114,9 @@ def test_evaluate_refuses_another_instance_unless_forced(small_plan, capsys):
     code, _, err = run(capsys, "evaluate", small_plan, "--instance", TWO_GENS)
     assert code == 2 and err.count("\n") == 1 and "--force" in err and "SHA-256" in err
     code, out, err = run(capsys, "evaluate", small_plan, "--instance", TWO_GENS, "--force")
-    assert code in (0, 1) and "Traceback" not in err  # checked against the other instance
+    # checked against the other instance, whose fleet and classes the plan's rows do not name: a
+    # plan malformed for it (exit 2, one line naming the row and field), not a traceback
+    assert code == 2 and err.count("\n") == 1 and "allocations[0].chip: unknown chip 'tpu-v6e'" in err
 
 
 def test_an_edited_instance_is_refused(tmp_path, capsys):
@@ -278,11 +280,11 @@ def test_report_of_a_horizon_shorter_than_the_trace(tmp_path, capsys):
     assert code == 0, err
     plan = json.loads((out / "plan.json").read_text())
     assert sorted({a["epoch"] for a in plan["allocations"]}) == [0, 1, 2]
-    from neuscale_opt.candidates import instance_trace
-    from neuscale_opt.instance import load_instance
+    import pandas as pd
 
-    t = instance_trace(load_instance(inst))
-    inside = int((t["arrival_s"] < 3 * 300.0).sum())
+    t = pd.read_csv(trace)  # the raw trace, counted here independently of the package's loader
+    arrival_s = (pd.to_datetime(t.iloc[:, 0], format="mixed") - pd.to_datetime(t.iloc[:, 0], format="mixed").min())
+    inside = int((arrival_s.dt.total_seconds() < 3 * 300.0).sum())
     assert 0 < inside < len(t)
     assert f"the replays cover the planned epochs ({inside} of {len(t)} requests)" in (out / "report.md").read_text()
 
@@ -295,5 +297,9 @@ def test_import_melange_slice_factor(tmp_path, capsys):
     code, out, err = run(capsys, "import-melange", cfg, "--slice-factor", "3")
     assert code == 0, err
     assert tomllib.loads(out)["planning"]["slice_factor"] == 3
-    code, out, _ = run(capsys, "import-melange", cfg)
-    assert tomllib.loads(out)["planning"]["slice_factor"] == 1  # the configuration's own
+    code, out, err = run(capsys, "import-melange", cfg)
+    assert "slice_factor" not in tomllib.loads(out)["planning"]  # the exact continuous-share optimum
+    # both answers in the summary: Mélange's published 6.70 USD/h (slice factor 1) and the exact
+    # optimum 1 A100 + 1 A10G = 3.67 + 1.01 = 4.68 USD/h
+    assert "exact continuous-share optimum: 4.68 USD/h" in err
+    assert "Mélange slice factor 1: 6.7 USD/h" in err
