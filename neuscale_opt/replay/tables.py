@@ -50,7 +50,7 @@ else the chip's ICI energy per byte: the ``dcn_energy_j_per_byte`` column of
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,7 +58,7 @@ from neuscale_opt.candidates import chip_context, effective_model
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.instance import Instance
 from neuscale_opt.replay.plan import VpodType
-from neuscale_opt.roofline import slice_collective, step_cost, vpod_nodes
+from neuscale_opt.roofline import for_slice, step_cost, vpod_nodes
 
 P_PROBE = 65536.0  # second context at which the affine coefficients are read (tokens)
 
@@ -121,8 +121,7 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
     """The :class:`StepTable` of ``vt`` under ``inst`` (model, energy profile, efficiencies, prices)."""
     model = effective_model(inst)
     ctx = chip_context(inst, vt.chip)
-    bw, a2a, _, _ = slice_collective(get_chip(vt.chip), vt.shape, vt.tp)
-    hw = replace(ctx.hw, coll_bw=np.float64(bw), a2a_dist=np.float64(a2a))
+    hw = for_slice(ctx.hw, get_chip(vt.chip), vt.shape, vt.tp)
     tp, pp, ep = float(vt.tp), float(vt.pp), float(vt.ep)
 
     n = np.arange(1, vt.slots + 1, dtype=np.float64)
