@@ -8,12 +8,23 @@ import sys
 
 import pandas as pd
 
+from neuscale_opt.calibrate import chip_calibration
 from neuscale_opt.candidates import candidates, slice_shapes
 from neuscale_opt.catalog import ENERGY_PROFILES, catalog_frames, energy_spec, get_chip, get_model
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import load_instance
 from neuscale_opt.io import write_csv, write_json
-from neuscale_opt.roofline import BOUNDS, chip_rooflines, hw_rows_for, slice_collective, step_cost, vpod_nodes
+from neuscale_opt.roofline import (
+    BOUNDS,
+    HBM_USABLE_FRACTION_DEFAULT,
+    HOP_LATENCY_S_DEFAULT,
+    chip_rooflines,
+    for_slice,
+    hw_rows_for,
+    steady_state_energy_j,
+    step_cost,
+    vpod_nodes,
+)
 
 CANDIDATE_COLUMNS = [
     "config_id",
@@ -69,8 +80,19 @@ def register(sub) -> None:
     p.add_argument("--output-len", type=int, default=0, help="decode: tokens still to generate (memory check)")
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--profile", choices=ENERGY_PROFILES, default="neuscale", help="energy profile")
+    p.add_argument("--attn-dp", action="store_true", help="MLA data-parallel attention layout (needs --ep = tp)")
+    p.add_argument(
+        "--hop-latency-s",
+        type=float,
+        default=None,
+        help=f"collective step latency (default: profile's, else {HOP_LATENCY_S_DEFAULT:g})",
+    )
+    p.add_argument("--hbm-usable-fraction", type=float, default=HBM_USABLE_FRACTION_DEFAULT, help="usable share of HBM")
+    p.add_argument("--calibration", default="default", help="calibration profile: default, none or a TOML path")
     p.add_argument("--json", metavar="PATH|-", default="-", help="where to write the JSON (default stdout)")
     p.set_defaults(func=cmd_roofline)
+
+    register_calibration(sub)
 
     p = sub.add_parser("catalog", help="list the shipped chips, models or energy profiles")
     p.add_argument("table", choices=["chips", "models", "energy_profiles"])
@@ -180,9 +202,17 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         raise InputError(f"tp x pp = {tp} x {args.pp} != {args.chips} chips", where="--tp")
     if args.ep not in (1, tp) or (args.ep > 1 and not model.is_moe):
         raise InputError("must be 1, or equal to tp for an MoE model", where="--ep")
-    bw, a2a, _, _ = slice_collective(chip, shape, tp)
+    if args.attn_dp and not (model.is_mla and args.ep == tp > 1):
+        raise InputError("needs an MLA model with --ep equal to tp > 1", where="--attn-dp")
+    if args.hop_latency_s is not None and args.hop_latency_s < 0:
+        raise InputError("must be >= 0", where="--hop-latency-s")
+    if not 0 < args.hbm_usable_fraction <= 1:
+        raise InputError("must be in (0, 1]", where="--hbm-usable-fraction")
     es = energy_spec(chip, args.profile)
-    hw = hw_rows_for(chip, es, bw, a2a)
+    cal = chip_calibration(args.calibration, chip, hop_latency_s=args.hop_latency_s)
+    hop_s = cal.hop_latency_s
+    hw = hw_rows_for(chip, es, 0.0, 1.0, args.hbm_usable_fraction, hop_s, cal.eff, cal.layer_overhead_s)
+    hw = for_slice(hw, chip, shape, tp)
     B = float(args.batch)
     nodes = vpod_nodes(chip, args.chips)
     if nodes > 1 and (tp > chip.pod_chips or args.pp % nodes):
@@ -192,7 +222,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
             where="--tp",
         )
     if args.phase == "prefill":
-        sc = step_cost(model, hw, tp, args.pp, args.ep, B, float(args.seq_len), 0.0, nodes=nodes)
+        sc = step_cost(model, hw, tp, args.pp, args.ep, B, float(args.seq_len), 0.0, nodes=nodes, attn_dp=args.attn_dp)
         tokens = B * args.seq_len
     else:
         sc = step_cost(
@@ -206,10 +236,13 @@ def cmd_roofline(args: argparse.Namespace) -> int:
             float(args.seq_len),
             mem_context=float(args.seq_len + args.output_len),
             nodes=nodes,
+            attn_dp=args.attn_dp,
         )
         tokens = B
     latency = float(sc.latency_s)
-    static_j = es.static_w * args.chips * latency
+    # steady state (R13): pp micro-batches in flight, one completes every t_stage
+    energy_j = float(steady_state_energy_j(sc, es.static_w, args.chips))
+    static_j = energy_j - float(sc.energy_dyn_j)
     price = chip.price_usd_per_chip_hour
     res = {
         "model": model.name,
@@ -229,10 +262,14 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         "t_hbm_s": float(sc.t_hbm_s),
         "t_ici_s": float(sc.t_ici_s),
         "throughput_tokens_s": tokens * args.pp / (args.pp * float(sc.t_stage_s)),
-        "energy_j": float(sc.energy_dyn_j) + static_j,
+        "energy_j": energy_j,
         "energy_dynamic_j": float(sc.energy_dyn_j),
         "energy_static_j": static_j,
-        "cost_usd": price * args.chips * latency / 3600.0 if not math.isnan(price) else None,
+        "energy_j_per_token": energy_j / tokens,
+        "attn_dp": bool(args.attn_dp),
+        "hop_latency_s": hop_s,
+        "calibration": cal.note,
+        "cost_usd": price * args.chips * float(sc.t_stage_s) / 3600.0 if not math.isnan(price) else None,
         "bound": str(BOUNDS[int(sc.bound)]),
         "memory_ok": bool(sc.mem_bytes_per_chip <= hw.hbm_cap),
         "memory_bytes_per_chip": float(sc.mem_bytes_per_chip),
@@ -249,4 +286,30 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 def cmd_catalog(args: argparse.Namespace) -> int:
     write_csv(catalog_frames()[args.table], args.csv)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Calibration: the ``calibrate`` subcommand and the roofline's ``--calibration`` flag
+
+
+def register_calibration(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit the roofline's calibration profile to measured points")
+    p.add_argument("measurements", help="measurements CSV (columns of data/measured/README.md)")
+    p.add_argument("--out", metavar="PROFILE.toml", help="write the profile (default: print the summary only)")
+    p.add_argument("--no-cv", action="store_true", help="skip the leave-one-source-out cross-validation")
+    p.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from neuscale_opt.calibrate import calibrate, profile_toml, summary_table
+
+    cal = calibrate(args.measurements, cross_validate=not args.no_cv)
+    sys.stdout.write(summary_table(cal))
+    if args.out:
+        try:
+            with open(args.out, "w", encoding="utf-8") as fh:
+                fh.write(profile_toml(cal))
+        except OSError as exc:
+            raise InputError(f"cannot write ({exc.strerror})", where=args.out) from None
     return 0
