@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from neuscale_opt.calibrate import chip_calibration
 from neuscale_opt.catalog import ChipSpec, ModelSpec, energy_spec, get_chip, get_model
 from neuscale_opt.coefficients import Coefficients, meets_slo
 from neuscale_opt.errors import InputError
@@ -20,11 +21,13 @@ from neuscale_opt.instance import Instance
 from neuscale_opt.roofline import (
     BOUNDS,
     HwRows,
+    for_slice,
     hw_rows_for,
-    slice_collective,
     slice_wraps,
     stack_hw,
     step_cost,
+    take_hw,
+    tp_group,
     vpod_nodes,
 )
 
@@ -44,6 +47,9 @@ class VpodKind:
     a2a_dist: float
     wrap: bool
     nodes: int = 1
+    ar_hops: float = 0.0
+    a2a_hops: float = 0.0
+    attn_dp: bool = False  # MLA data-parallel attention layout (R5b)
 
     @property
     def chips(self) -> int:
@@ -52,6 +58,10 @@ class VpodKind:
     @property
     def shape_str(self) -> str:
         return "x".join(str(s) for s in self.shape)
+
+    @property
+    def key(self) -> str:
+        return f"{self.chip}:{self.shape_str}:tp{self.tp}pp{self.pp}ep{self.ep}" + (":dpa" if self.attn_dp else "")
 
 
 # --------------------------------------------------------------------------------------------
@@ -97,7 +107,8 @@ def parallelisms(model: ModelSpec, chips: int) -> list[tuple[int, int, int]]:
 
 def vpod_kinds(model: ModelSpec, chip: ChipSpec, max_chips: int) -> list[VpodKind]:
     """Every (slice, parallelism) of ``chip``. A GPU vPod larger than one 8-GPU node keeps tensor
-    parallelism inside a node and pipelines across nodes (pp a multiple of the node count)."""
+    parallelism inside a node and pipelines across nodes (pp a multiple of the node count). MLA
+    models with experts spread (ep = tp > 1) also get the data-parallel attention layout (R5b)."""
     kinds = []
     for shape in slice_shapes(chip, max_chips):
         n = math.prod(shape)
@@ -105,8 +116,15 @@ def vpod_kinds(model: ModelSpec, chip: ChipSpec, max_chips: int) -> list[VpodKin
         for tp, pp, ep in parallelisms(model, n):
             if nodes > 1 and (tp > chip.pod_chips or pp % nodes):
                 continue
-            bw, a2a, _axes, _wrap = slice_collective(chip, shape, tp)
-            kinds.append(VpodKind(chip.name, shape, tp, pp, ep, bw, a2a, slice_wraps(chip, shape), nodes))
+            g = tp_group(chip, shape, tp)
+            wrap = slice_wraps(chip, shape)
+            layouts = (False, True) if model.is_mla and ep > 1 else (False,)
+            for dpa in layouts:
+                kinds.append(
+                    VpodKind(
+                        chip.name, shape, tp, pp, ep, g.coll_bw, g.a2a_dist, wrap, nodes, g.ar_hops, g.a2a_hops, dpa
+                    )
+                )
     return kinds
 
 
@@ -126,21 +144,25 @@ class ChipContext:
 def chip_context(inst: Instance, name: str) -> ChipContext:
     chip = get_chip(name)
     entry = next((f for f in inst.fleet if f.chip == name), None)
-    eff = (chip.eff_compute, chip.eff_hbm, chip.eff_ici)
+    explicit_hop = "hop_latency_s" in inst.search.model_fields_set
+    cal = chip_calibration(
+        inst.search.calibration, chip, str(inst.base_dir), inst.search.hop_latency_s if explicit_hop else None
+    )
+    eff, hop_s, layer_s = cal.eff, cal.hop_latency_s, cal.layer_overhead_s
     price = chip.price_3y_usd_per_chip_hour if inst.energy.price == "commit_3y" else chip.price_usd_per_chip_hour
     embodied = chip.embodied_kgco2_per_chip
     if entry is not None:
-        eff = (
-            entry.eff_compute or chip.eff_compute,
-            entry.eff_hbm or chip.eff_hbm,
-            entry.eff_ici or chip.eff_ici,
-        )
+        eff = (entry.eff_compute or eff[0], entry.eff_hbm or eff[1], entry.eff_ici or eff[2])
         if entry.price_usd_per_chip_hour is not None:
             price = entry.price_usd_per_chip_hour
         if entry.embodied_kgco2_per_chip is not None:
             embodied = entry.embodied_kgco2_per_chip
+    # deliverable speed: the thermal derate of the fleet entry slows compute and HBM (instance.Derate)
+    if entry is not None:
+        th = inst.derate(name).thermal
+        eff = (eff[0] * th, eff[1] * th, eff[2])
     es = energy_spec(chip, inst.energy.profile)
-    hw = hw_rows_for(chip, es, 0.0, 1.0, inst.search.hbm_usable_fraction, inst.search.hop_latency_s, eff)
+    hw = hw_rows_for(chip, es, 0.0, 1.0, inst.search.hbm_usable_fraction, hop_s, eff, layer_s)
     emb_h = embodied / (inst.energy.embodied_lifetime_years * HOURS_PER_YEAR) if not math.isnan(embodied) else math.nan
     return ChipContext(chip, hw, price, emb_h, es.profile)
 
@@ -180,6 +202,9 @@ def _kinds_frame(kinds: list[VpodKind]) -> pd.DataFrame:
             "coll_bw": np.array([k.coll_bw for k in kinds], dtype=float),
             "a2a_dist": np.array([k.a2a_dist for k in kinds], dtype=float),
             "nodes": np.array([k.nodes for k in kinds], dtype=float),
+            "ar_hops": np.array([k.ar_hops for k in kinds], dtype=float),
+            "a2a_hops": np.array([k.a2a_hops for k in kinds], dtype=float),
+            "attn_dp": np.array([k.attn_dp for k in kinds], dtype=bool),
         }
     )
 
@@ -214,6 +239,8 @@ def evaluate_grid(
                 ctxs[c].hw,
                 coll_bw=kf.loc[kf["chip"] == c, "coll_bw"].to_numpy(),
                 a2a_dist=kf.loc[kf["chip"] == c, "a2a_dist"].to_numpy(),
+                ar_hops=kf.loc[kf["chip"] == c, "ar_hops"].to_numpy(),
+                a2a_hops=kf.loc[kf["chip"] == c, "a2a_hops"].to_numpy(),
             )
             for c in order
         ],
@@ -227,18 +254,14 @@ def evaluate_grid(
     k1 = np.repeat(np.arange(nk), nb)
     b1 = np.tile(np.arange(nb), nk)
 
-    def take(hw: HwRows, idx: np.ndarray) -> HwRows:
-        return HwRows(
-            **{f: np.asarray(getattr(hw, f))[idx] for f in HwRows.__dataclass_fields__ if f != "hop_s"}, hop_s=hw.hop_s
-        )
-
     s_in = buckets["input_tokens"].to_numpy(dtype=float)
     s_out = buckets["output_tokens"].to_numpy(dtype=float)
     tp = kf["tp"].to_numpy(dtype=float)
     pp = kf["pp"].to_numpy(dtype=float)
     ep = kf["ep"].to_numpy(dtype=float)
     nodes = kf["nodes"].to_numpy(dtype=float)
-    hw_g = take(hw_k, k_idx)
+    dpa = kf["attn_dp"].to_numpy(dtype=bool)
+    hw_g = take_hw(hw_k, k_idx)
 
     frames = []
     want = set(phases)
@@ -254,11 +277,16 @@ def evaluate_grid(
             s_in[b_idx] + s_out[b_idx] / 2.0,
             mem_context=s_in[b_idx] + s_out[b_idx],
             nodes=nodes[k_idx],
+            attn_dp=dpa[k_idx],
         )
     if "prefill" in want:
-        pre = step_cost(model, hw_g, tp[k_idx], pp[k_idx], ep[k_idx], B, s_in[b_idx], 0.0, nodes=nodes[k_idx])
+        pre = step_cost(
+            model, hw_g, tp[k_idx], pp[k_idx], ep[k_idx], B, s_in[b_idx], 0.0, nodes=nodes[k_idx], attn_dp=dpa[k_idx]
+        )
     if "colocated" in want:
-        pre1_small = step_cost(model, take(hw_k, k1), tp[k1], pp[k1], ep[k1], 1.0, s_in[b1], 0.0, nodes=nodes[k1])
+        pre1_small = step_cost(
+            model, take_hw(hw_k, k1), tp[k1], pp[k1], ep[k1], 1.0, s_in[b1], 0.0, nodes=nodes[k1], attn_dp=dpa[k1]
+        )
         # expand kind x bucket -> kind x bucket x batch
         g = k_idx * nb + b_idx
 
@@ -366,7 +394,7 @@ def evaluate_grid(
     cols["embodied_kg_per_req"] = cols["embodied_kg_per_hour"] / 3600.0 * busy
     cols["tokens_per_s"] = cols["max_rate_rps"] * np.tile(so, nf)
     # Keys are built once per (kind, batch, phase) and per bucket, then indexed.
-    kind_key = [f"{k.chip}:{k.shape_str}:tp{k.tp}pp{k.pp}ep{k.ep}" for k in kinds_sorted]
+    kind_key = [k.key for k in kinds_sorted]
     phase_names = [f["phase"][0] for f in frames]
     type_keys = np.array(
         [f"{kk}:b{b}:{ph}" for ph in phase_names for kk in kind_key for b in batch_sizes], dtype=object
@@ -523,8 +551,7 @@ def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame)
         if not par:
             continue
         tp, pp = par[-1][0], nodes
-        bw, a2a, _, _ = slice_collective(chip, shape, tp)
-        hw = replace(ctx.hw, coll_bw=np.float64(bw), a2a_dist=np.float64(a2a))
+        hw = for_slice(ctx.hw, chip, shape, tp)
         s_in = buckets["input_tokens"].to_numpy(dtype=float)
         s_out = buckets["output_tokens"].to_numpy(dtype=float)
         dec = step_cost(
@@ -666,7 +693,10 @@ def build_coefficients(inst: Instance, cset: CandidateSet | None = None) -> Coef
     chips = pd.DataFrame(
         {
             "chip": inst.chip_names,
-            "healthy_chips": [float(f.healthy_chips) for f in inst.fleet],
+            # deliverable inventory: healthy chips x availability x load (thermal is in the rates)
+            "healthy_chips": [
+                float(f.healthy_chips) * inst.derate(f.chip).availability * inst.derate(f.chip).load for f in inst.fleet
+            ],
             "dcn_bytes_per_s": [ctxs[c].chip.dcn_bytes_per_s for c in inst.chip_names],
             "dcn_energy_j_per_byte": [
                 (dcn_pj * 1e-12) if dcn_pj is not None else float(ctxs[c].hw.j_ici) for c in inst.chip_names

@@ -70,10 +70,16 @@ class ChipSpec:
     neusim_config: str
     inferred: tuple[str, ...]
     source: str
+    peak_8bit_tflops: float = math.nan  # dense int8 / fp8 (W8A8) peak, TFLOP/s
 
     @property
     def peak_flops(self) -> float:
         return self.peak_bf16_tflops * 1e12
+
+    @property
+    def peak_8bit_flops(self) -> float:
+        """Peak FLOP/s with 8-bit weights and activations (bf16 peak where none is published)."""
+        return self.peak_flops if math.isnan(self.peak_8bit_tflops) else self.peak_8bit_tflops * 1e12
 
     @property
     def hbm_bytes(self) -> float:
@@ -142,6 +148,7 @@ def load_chips() -> dict[str, ChipSpec]:
             neusim_config="" if pd.isna(r["neusim_config"]) else str(r["neusim_config"]),
             inferred=tuple(x for x in str(r["inferred"]).split(";") if x and x != "nan"),
             source=str(r["source"]),
+            peak_8bit_tflops=_num(r["peak_8bit_tflops"]),
         )
     return out
 
@@ -277,6 +284,19 @@ class ModelSpec:
         if self.is_mla:
             return 2.0 * H * (self.qk_nope_head_dim + self.qk_rope_head_dim) + 2.0 * H * self.v_head_dim
         return 4.0 * H * self.head_dim
+
+    @property
+    def attn_flops_per_cached_pair_per_layer(self) -> float:
+        """FLOPs of one (query token, *cached* context token) pair in one layer.
+
+        MLA caches the compressed latent, so decode works in the absorbed form (DeepSeek-V2 paper,
+        section 2.1.2): scores on the ``kv_r + d_rope`` (576) wide latent, values gathered on the
+        ``kv_r`` (512) wide latent, per head: ``2 H (kv_r + d_rope) + 2 H kv_r`` = 278,528 FLOPs for
+        DeepSeek-V3 against the naive form's 81,920. GQA: the same as a fresh pair."""
+        if self.is_mla:
+            H = self.n_heads
+            return 2.0 * H * (self.kv_lora_rank + self.qk_rope_head_dim) + 2.0 * H * self.kv_lora_rank
+        return self.attn_flops_per_pair_per_layer
 
     @property
     def kv_elems_per_token(self) -> float:
@@ -438,27 +458,49 @@ def _neuscale_rows() -> dict[str, dict]:
     return {r["chip"]: r for r in df[df["profile"] == "neuscale"].to_dict("records")}
 
 
+def neuscale_energy(chip: ChipSpec, row: dict) -> EnergySpec:
+    """The NeuScale paper's Table 2 efficiencies read as *all-in* figures.
+
+    The paper's NPU-A..D TFLOP/J and HBM GB/J are efficiencies at full load including static power:
+    ``peak / (TFLOP/J)`` is the chip's whole power at full compute, ``HBM bw / (GB/J)`` at full HBM
+    bandwidth. Evidence: those powers minus NeuSim's static power reproduce NeuSim's dynamic
+    HBM power of v4, v5e, v5p and v6e to 0.1 W and its compute power within 4 %. Read so, power is
+    capped at TDP (v4: 257 W -> the measured 192 W maximum; v5p: 396 W -> 350 W) before the static
+    power is subtracted:
+
+    * ``j_per_flop = (min(peak / eff_flop, TDP) - static) / peak``;
+    * ``j_per_hbm_byte = (min(bw / eff_hbm, TDP) - static) / bw``.
+
+    The mapping NPU-A..D -> TPU v4, v5e, v5p, v6e is ours (energy_profiles.csv says why per row).
+    The roofline also caps every step's power at TDP (R10), so no workload mix exceeds it.
+    """
+    static = neusim_energy(chip).static_w if chip.neusim_config else chip.idle_w
+    tdp = chip.tdp_w if not math.isnan(chip.tdp_w) else math.inf
+    p_flop = min(chip.peak_flops / (float(row["tflop_per_j"]) * 1e12), tdp)
+    p_hbm = min(chip.hbm_bytes_per_s / (float(row["hbm_gb_per_j"]) * 1e9), tdp)
+    return EnergySpec(
+        chip=chip.name,
+        profile="neuscale",
+        j_per_flop=max(p_flop - static, 0.0) / chip.peak_flops,
+        j_per_hbm_byte=max(p_hbm - static, 0.0) / chip.hbm_bytes_per_s,
+        j_per_ici_byte=float(row["ici_pj_per_byte"]) * 1e-12,
+        static_w=static,
+        source=str(row["source"]) + "; read as all-in at full load, capped at TDP, static subtracted (ours)",
+    )
+
+
 def energy_spec(chip: ChipSpec, profile: str) -> EnergySpec:
     """Energy coefficients of ``chip`` under ``profile``, falling back to ``genz`` where the
     profile has no figures for the chip (the returned ``profile`` field says which was used).
 
-    ``neuscale``: the paper's inferred efficiencies read as *dynamic* energy per FLOP and per HBM
-    byte (our reading), static power from NeuSim's component model (about the 90 W idle power).
+    ``neuscale`` (our reading, see :func:`neuscale_energy`): the paper's efficiencies are all-in
+    (static included) at full compute and at full HBM bandwidth; the all-in power is capped at TDP
+    and static power subtracted, which leaves the dynamic energy per FLOP and per HBM byte.
     """
     if profile not in ENERGY_PROFILES:
         raise InputError(f"unknown energy profile {profile!r}; known: {', '.join(ENERGY_PROFILES)}")
     if profile == "neuscale" and chip.name in _neuscale_rows():
-        r = _neuscale_rows()[chip.name]
-        static = neusim_energy(chip).static_w if chip.neusim_config else chip.idle_w
-        return EnergySpec(
-            chip=chip.name,
-            profile="neuscale",
-            j_per_flop=1.0 / (float(r["tflop_per_j"]) * 1e12),
-            j_per_hbm_byte=1.0 / (float(r["hbm_gb_per_j"]) * 1e9),
-            j_per_ici_byte=float(r["ici_pj_per_byte"]) * 1e-12,
-            static_w=static,
-            source=str(r["source"]),
-        )
+        return neuscale_energy(chip, _neuscale_rows()[chip.name])
     if profile in ("neuscale", "neusim") and chip.neusim_config:
         return neusim_energy(chip)
     return genz_energy(chip)

@@ -19,6 +19,7 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from neuscale_opt.catalog import DTYPE_BYTES, ENERGY_PROFILES, load_chips, load_models
 from neuscale_opt.errors import InputError
 from neuscale_opt.readers import check_path, read_toml
+from neuscale_opt.roofline import HBM_USABLE_FRACTION_DEFAULT, HOP_LATENCY_S_DEFAULT
 from neuscale_opt.schema import MAX_EPOCHS, Frozen
 from neuscale_opt.traces.spec import BucketSpec, TraceSpec
 
@@ -77,6 +78,32 @@ class Pod(_Frozen):
         return math.prod(self.dims) - len(self.failed_chips)
 
 
+class Derate(_Frozen):
+    """Runtime derating of a generation: deliverable = nominal x thermal x availability x load
+    (D-PIN SCU, arXiv:2610.16374: nominal specifications do not give deliverable compute).
+
+    * ``thermal``: share of nominal speed the chips sustain (clock throttling under heat or power
+      caps): scales the achievable compute and HBM rates of every vPod;
+    * ``availability``: share of the healthy chips up at any time (faults, maintenance, repairs
+      not modelled as failed chips): scales the inventory;
+    * ``load``: share of the chips' time left to this workload (other tenants, background jobs):
+      scales the inventory.
+
+    ``csv``: measured derates, a file with columns ``chip,thermal,availability,load`` (one row per
+    chip, relative to the instance); its row for this chip replaces the three fields.
+    """
+
+    thermal: float = Field(default=1.0, gt=0, le=1)
+    availability: float = Field(default=1.0, gt=0, le=1)
+    load: float = Field(default=1.0, gt=0, le=1)
+    csv: str | None = None
+
+    @property
+    def capacity(self) -> float:
+        """Deliverable chip-equivalents per healthy chip."""
+        return self.thermal * self.availability * self.load
+
+
 class FleetEntry(_Frozen):
     """Inventory of one chip generation: physical pods, or a plain chip count.
 
@@ -92,6 +119,7 @@ class FleetEntry(_Frozen):
     eff_compute: float | None = Field(default=None, gt=0, le=1)
     eff_hbm: float | None = Field(default=None, gt=0, le=1)
     eff_ici: float | None = Field(default=None, gt=0, le=1)
+    derate: Derate = Derate()
 
     @model_validator(mode="after")
     def _check(self) -> FleetEntry:
@@ -257,8 +285,11 @@ class Search(_Frozen):
     max_chips_per_vpod: int = Field(default=256, gt=0)
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     phases: tuple[Phase, ...] = ("colocated", "prefill", "decode")
-    hbm_usable_fraction: float = Field(default=1.0, gt=0, le=1)
-    hop_latency_s: float = Field(default=1e-6, ge=0)
+    hbm_usable_fraction: float = Field(default=HBM_USABLE_FRACTION_DEFAULT, gt=0, le=1)
+    hop_latency_s: float = Field(default=HOP_LATENCY_S_DEFAULT, ge=0)
+    # roofline calibration profile: "default" (shipped, fitted on published measurements), "none"
+    # (the pure roofline) or a profile TOML path (relative to the instance); see calibrate.py
+    calibration: str = "default"
 
     @model_validator(mode="after")
     def _check(self) -> Search:
@@ -398,6 +429,11 @@ class Instance(_Frozen):
     def healthy_chips(self) -> dict[str, int]:
         return {f.chip: f.healthy_chips for f in self.fleet}
 
+    def derate(self, chip: str) -> Derate:
+        """The runtime derating of ``chip``: the fleet entry's, or its row of the derate CSV."""
+        d = self.fleet_entry(chip).derate
+        return d if d.csv is None else _derate_row(self.base_dir / d.csv, chip)
+
     def normalised(self) -> dict:
         """The validated instance with defaults filled in, plus derived inventory totals."""
         d = self.model_dump(mode="json")
@@ -407,9 +443,36 @@ class Instance(_Frozen):
                 f.chip: (f.chips if f.chips is not None else sum(math.prod(p.dims) for p in f.pods)) for f in self.fleet
             },
             "failed_chips": {f.chip: sum(len(p.failed_chips) for p in f.pods) for f in self.fleet},
+            "chip_equivalents": {
+                f.chip: {
+                    "nominal": float(f.healthy_chips),
+                    "deliverable": f.healthy_chips * self.derate(f.chip).capacity,
+                }
+                for f in self.fleet
+            },
             "path": str(self._path) if self._path else None,
         }
         return d
+
+
+def _derate_row(path: Path, chip: str) -> Derate:
+    """The row of ``chip`` in a measured-derate CSV (columns chip, thermal, availability, load)."""
+    import csv
+
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise InputError(f"cannot read derate CSV ({exc.strerror})", where=str(path)) from None
+    for i, r in enumerate(rows, start=1):
+        if r.get("chip") == chip:
+            try:
+                return Derate(**{k: float(r[k]) for k in ("thermal", "availability", "load")})
+            except (KeyError, TypeError, ValueError, ValidationError):
+                raise InputError(
+                    "thermal, availability and load must be numbers in (0, 1]", where=f"{path}: row {i}"
+                ) from None
+    raise InputError(f"no row for chip {chip}", where=str(path))
 
 
 def _loc(loc: tuple) -> str:

@@ -8,7 +8,9 @@ evaluated without a Python loop per point. Equation numbers (R1, R2, ...) refer 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
+from functools import cache
 
 import numpy as np
 
@@ -16,11 +18,20 @@ from neuscale_opt.catalog import ChipSpec, EnergySpec, ModelSpec
 
 ACT_BYTES = 2.0  # activations in bf16 (R5)
 BOUNDS = np.array(["compute", "hbm", "ici"])
+# Serving stacks reserve part of HBM (runtime, compiled programs, fragmentation): vLLM's default
+# ``gpu_memory_utilization`` is 0.9, which we take as the default usable fraction (R11).
+HBM_USABLE_FRACTION_DEFAULT = 0.9
+HOP_LATENCY_S_DEFAULT = 1e-6  # one ICI hop (scaling-book sharding.md, "a note on ICI latency")
 
 
 @dataclass(frozen=True)
 class HwRows:
-    """Per-row hardware numbers (arrays broadcastable to the candidate rows)."""
+    """Per-row hardware numbers (arrays broadcastable to the candidate rows).
+
+    The fields from ``coll_bw`` to ``a2a_hops`` depend on the slice and the TP group (see
+    :func:`tp_group`); ``eff_*``, ``hop_s`` and ``layer_s`` are the calibrated parameters of
+    :mod:`neuscale_opt.calibrate` (per chip, so per row).
+    """
 
     peak_flops: np.ndarray  # FLOP/s per chip
     hbm_bw: np.ndarray  # B/s per chip
@@ -37,7 +48,11 @@ class HwRows:
     static_w: np.ndarray  # W per chip
     dcn_bw: np.ndarray | float = np.inf  # B/s per chip of data-centre network (between nodes/pods)
     j_dcn: np.ndarray | float = 0.0  # J per DCN byte
-    hop_s: float = 1e-6
+    hop_s: np.ndarray | float = HOP_LATENCY_S_DEFAULT  # latency of one collective step (alpha)
+    ar_hops: np.ndarray | float = 0.0  # steps of one all-reduce (reduce-scatter + all-gather) (R7)
+    a2a_hops: np.ndarray | float = 0.0  # steps of one all-to-all: the diameter of the group (R7)
+    layer_s: np.ndarray | float = 0.0  # fixed per-layer overhead (kernel launches), s (R8)
+    max_dyn_w: np.ndarray | float = np.inf  # TDP - static power, W per chip (R10)
 
 
 @dataclass(frozen=True)
@@ -50,7 +65,7 @@ class StepCost:
     t_compute_s: np.ndarray  # per pipeline stage
     t_hbm_s: np.ndarray
     t_ici_s: np.ndarray
-    t_stage_s: np.ndarray  # max of the three roofs (R8)
+    t_stage_s: np.ndarray  # max of the three roofs + per-layer overhead (R8)
     latency_s: np.ndarray  # pp stages + pipeline hops (R9)
     bound: np.ndarray  # 0 compute, 1 hbm, 2 ici
     energy_dyn_j: np.ndarray  # whole vPod, dynamic (R10)
@@ -63,13 +78,18 @@ def hw_rows_for(
     energy: EnergySpec,
     coll_bw: np.ndarray | float,
     a2a_dist: np.ndarray | float,
-    hbm_usable_fraction: float = 1.0,
-    hop_s: float = 1e-6,
+    hbm_usable_fraction: float = HBM_USABLE_FRACTION_DEFAULT,
+    hop_s: float = HOP_LATENCY_S_DEFAULT,
     eff: tuple[float, float, float] | None = None,
+    layer_s: float = 0.0,
 ) -> HwRows:
-    """Hardware rows of one chip generation (scalars broadcast against slice-dependent arrays)."""
+    """Hardware rows of one chip generation (scalars broadcast against slice-dependent arrays).
+
+    The collective step counts start at 0; :func:`for_slice` fills them for a slice and TP group.
+    """
     ec, eh, ei = eff if eff is not None else (chip.eff_compute, chip.eff_hbm, chip.eff_ici)
     f = np.float64
+    tdp = chip.tdp_w if not math.isnan(chip.tdp_w) else math.inf
     return HwRows(
         peak_flops=f(chip.peak_flops),
         hbm_bw=f(chip.hbm_bytes_per_s),
@@ -86,8 +106,17 @@ def hw_rows_for(
         static_w=f(energy.static_w),
         dcn_bw=f(chip.dcn_bytes_per_s),
         j_dcn=f(energy.j_per_ici_byte),
-        hop_s=hop_s,
+        hop_s=f(hop_s),
+        layer_s=f(layer_s),
+        max_dyn_w=f(max(tdp - energy.static_w, 0.0)),
     )
+
+
+def for_slice(hw: HwRows, chip: ChipSpec, shape: tuple[int, ...], tp: int) -> HwRows:
+    """``hw`` with the slice-dependent fields of a TP group of ``tp`` chips on ``shape``."""
+    g = tp_group(chip, shape, tp)
+    f = np.float64
+    return replace(hw, coll_bw=f(g.coll_bw), a2a_dist=f(g.a2a_dist), ar_hops=f(g.ar_hops), a2a_hops=f(g.a2a_hops))
 
 
 def stack_hw(rows: list[HwRows], counts: list[int]) -> HwRows:
@@ -101,8 +130,72 @@ def stack_hw(rows: list[HwRows], counts: list[int]) -> HwRows:
             ]
         )
 
-    fields = [f for f in HwRows.__dataclass_fields__ if f != "hop_s"]
-    return HwRows(**{f: cat(f) for f in fields}, hop_s=rows[0].hop_s if rows else 1e-6)
+    return HwRows(**{f: cat(f) for f in HwRows.__dataclass_fields__})
+
+
+def take_hw(hw: HwRows, idx: np.ndarray) -> HwRows:
+    """Rows ``idx`` of a stacked :class:`HwRows` (scalars broadcast to the stacked length first)."""
+    n = max(np.asarray(getattr(hw, f)).size for f in HwRows.__dataclass_fields__)
+
+    def pick(name: str) -> np.ndarray:
+        return np.broadcast_to(np.asarray(getattr(hw, name), dtype=float), (n,))[idx]
+
+    return HwRows(**{f: pick(f) for f in HwRows.__dataclass_fields__})
+
+
+@cache
+def _max_std_normal(n: int) -> float:
+    """E[max of n independent standard normals], by quadrature of ``1 - Phi^n`` (n >= 1)."""
+    from scipy import integrate, stats
+
+    if n <= 1:
+        return 0.0
+    pos = integrate.quad(lambda x: 1.0 - stats.norm.cdf(x) ** n, 0.0, np.inf)[0]
+    neg = integrate.quad(lambda x: stats.norm.cdf(x) ** n, -np.inf, 0.0)[0]
+    return pos - neg
+
+
+def _expected_max_poisson(mean: float, n: int) -> float:
+    """E[max of n independent Poisson(mean)] = sum_j (1 - F(j)^n), summed to the far tail."""
+    from scipy import stats
+
+    top = int(mean + 12.0 * math.sqrt(mean) + 40.0)
+    j = np.arange(top + 1)
+    return float(np.sum(1.0 - stats.poisson.cdf(j, mean) ** n))
+
+
+POISSON_EXACT_MAX_MEAN = 64.0  # above this mean per chip the normal approximation is used
+
+
+def moe_chip_imbalance(assignments: np.ndarray, ep: np.ndarray, cap: float) -> np.ndarray:
+    """Load of the busiest of ``ep`` expert-parallel chips relative to the mean (R2).
+
+    ``assignments`` token-to-expert assignments of a step (tokens x experts per token), routed
+    uniformly: each chip receives a multinomial share with mean ``m = assignments / ep``. The
+    chips' loads are approximated as independent Poisson(m) (exact expected maximum for m <= 64,
+    else ``m + sqrt(m) E[max of ep standard normals]``); the factor is ``E[max] / m``, at least 1 and
+    at most ``cap`` (the configured hot-expert factor, reached at small token counts, where a
+    single hot expert dominates). ``ep = 1`` gives 1.
+    """
+    a = np.asarray(assignments, dtype=float)
+    e = np.asarray(ep, dtype=float)
+    a, e = np.broadcast_arrays(a, e)
+    out = np.ones(a.shape)
+    keys = np.stack([a.ravel(), e.ravel()], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    vals = np.ones(len(uniq))
+    for i, (ai, ei) in enumerate(uniq):
+        n = int(ei)
+        if n <= 1 or ai <= 0:
+            continue
+        m = ai / n
+        if m <= POISSON_EXACT_MAX_MEAN:
+            mx = _expected_max_poisson(m, n)
+        else:
+            mx = m + math.sqrt(m) * _max_std_normal(n)
+        vals[i] = min(max(mx / m, 1.0), cap)
+    out = vals[inv.ravel()].reshape(a.shape)
+    return out
 
 
 def step_cost(
@@ -117,13 +210,17 @@ def step_cost(
     mem_context: np.ndarray | None = None,
     moe_imbalance: float | None = None,
     nodes: np.ndarray | float = 1.0,
+    attn_dp: np.ndarray | bool = False,
 ) -> StepCost:
     """Roofline cost of one step for every row (equations R1-R11 of the spec).
 
     ``mem_context`` is the context length the KV cache must hold for the memory check (defaults to
     ``past_tokens + new_tokens``). ``nodes`` is the number of ICI/NVLink domains the vPod spans
     (switched GPU vPods of several 8-GPU nodes): tensor parallelism stays inside a node and
-    ``nodes - 1`` of the pipeline hand-offs cross the data-centre network. Arrays broadcast.
+    ``nodes - 1`` of the pipeline hand-offs cross the data-centre network. ``attn_dp`` selects the
+    data-parallel attention layout of MLA models (R5b): every chip of a stage runs the attention of
+    its own ``B / tp`` sequences with replicated attention weights and its own share of the latent
+    cache; experts are spread (``ep = tp``). Arrays broadcast.
     """
     tp = np.asarray(tp, dtype=float)
     pp = np.asarray(pp, dtype=float)
@@ -131,56 +228,71 @@ def step_cost(
     B = np.asarray(batch, dtype=float)
     T = np.asarray(new_tokens, dtype=float)
     P = np.asarray(past_tokens, dtype=float)
+    dpa = np.asarray(attn_dp, dtype=bool) & bool(m.is_mla)
     chips = tp * pp
     L = float(m.n_layers)
     D = float(m.d_model)
     bw = m.bytes_per_weight
     tokens = B * T
     imb = m.moe_imbalance if moe_imbalance is None else moe_imbalance
+    # R5b sequences whose attention one chip runs: all B (tensor-parallel heads) or ceil(B / tp).
+    seq_chip = np.where(dpa, np.ceil(B / tp), B / tp)
 
-    # R1 FLOPs: linear layers (2 per MAC, LM head included) + causal attention pairs.
+    # R1 FLOPs: linear layers (2 per MAC, LM head included) + causal attention pairs. Pairs with the
+    # cached context use the decode form (MLA: absorbed, on the latent), pairs inside the step the
+    # prefill form (MLA: naive, on up-projected keys and values).
     lin_flops = tokens * m.linear_flops_per_token
-    pairs = T * P + T * (T + 1.0) / 2.0
-    attn_flops = B * L * m.attn_flops_per_pair_per_layer * pairs
+    cached_pairs = T * P
+    step_pairs = T * (T + 1.0) / 2.0
+    attn_per_seq = L * (
+        m.attn_flops_per_cached_pair_per_layer * cached_pairs + m.attn_flops_per_pair_per_layer * step_pairs
+    )
+    attn_flops = B * attn_per_seq
     flops = lin_flops + attn_flops
+    # per chip: attention pairs of the sequences it serves, the rest split evenly
+    attn_chip = seq_chip * attn_per_seq / pp
     if m.is_moe:
         expert_flops = tokens * 2.0 * m.experts_per_token * m.expert_params * m.n_moe_layers
-        # R2 busiest chip under expert parallelism: one expert carries imb x the mean load.
-        e_per_chip = np.maximum(m.n_experts / ep, 1.0)
-        chip_factor = np.where(ep > 1, np.minimum((imb + e_per_chip - 1.0) / e_per_chip, imb), 1.0)
-        flops_chip = (flops - expert_flops) / chips + expert_flops / chips * chip_factor
+        # R2 busiest chip under expert parallelism (multinomial routing, capped at imb).
+        chip_factor = np.where(ep > 1, moe_chip_imbalance(tokens * m.experts_per_token, ep, imb), 1.0)
+        flops_chip = (lin_flops - expert_flops) / chips + expert_flops / chips * chip_factor + attn_chip
         # R3 routed experts touched by the step (balls in bins), per MoE layer.
         k_over_e = m.experts_per_token / m.n_experts
         touched = 1.0 - np.power(1.0 - k_over_e, tokens)
     else:
-        flops_chip = flops / chips
+        flops_chip = lin_flops / chips + attn_chip
         touched = np.zeros_like(tokens)
 
-    # R4 weights read once per step (each chip its shard).
+    # R4 weights read once per step (each chip its shard; R5b: attention weights replicated).
     w_bytes = (m.always_loaded_params + touched * m.routed_expert_params_total) * bw
+    attn_w = L * m.attn_params_per_layer * bw
+    w_chip = np.where(dpa, (w_bytes - attn_w) / chips + attn_w / pp, w_bytes / chips)
+    w_total = np.where(dpa, w_bytes + attn_w * (tp - 1.0), w_bytes)
     # R5 KV cache: read P + T, write T tokens per sequence; tensor parallelism splits it at most
-    # kv_shard_max ways (KV heads; MLA's latent is replicated).
-    kv_shard = np.minimum(tp, float(m.kv_shard_max))
-    kv_total = B * (P + 2.0 * T) * m.kv_bytes_per_token
-    kv_replication = tp / kv_shard
+    # kv_shard_max ways (KV heads; MLA's latent is replicated); R5b splits it by sequence.
+    kv_shard = np.where(dpa, 1.0, np.minimum(tp, float(m.kv_shard_max)))
+    kv_seq = (P + 2.0 * T) * m.kv_bytes_per_token
+    kv_chip = np.where(dpa, seq_chip * kv_seq, B * kv_seq / kv_shard) / pp
+    kv_total = np.where(dpa, B * kv_seq, B * kv_seq * tp / kv_shard)
     # R6 activations: input + output of every matmul of a layer; D-wide tensors replicated on the
     # TP group, the rest split.
     H, d = float(m.n_heads), float(m.head_dim or m.v_head_dim)
     kv_width = float(m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla else 2.0 * m.n_kv_heads * d
     split_width = 2.0 * H * d + kv_width + 3.0 * m.ffn_active_width
     act_chip = tokens * ACT_BYTES * (L / pp) * (4.0 * D + split_width / tp)
-    hbm_chip = w_bytes / chips + kv_total / (pp * kv_shard) + act_chip
-    hbm_total = w_bytes + kv_total * kv_replication + act_chip * chips
+    hbm_chip = w_chip + kv_chip + act_chip
+    hbm_total = w_total + kv_total + act_chip * chips
 
     # R7 ICI: two all-reduces of B*T*D activations per layer under TP (one when expert parallelism
-    # replaces the MLP's with an all-to-all dispatch + combine).
+    # replaces the MLP's with an all-to-all dispatch + combine; none for R5b's attention). Every
+    # collective costs its steps x alpha plus its bytes over the group's links (summed, not max).
     v_ar = tokens * D * ACT_BYTES
     n_moe = float(m.n_moe_layers)
     use_a2a = (ep > 1) & (m.is_moe)
-    n_ar = np.where(use_a2a, 2.0 * L - n_moe, 2.0 * L) / pp
+    n_ar = (np.where(use_a2a, 2.0 * L - n_moe, 2.0 * L) - np.where(dpa, L, 0.0)) / pp
     ar_bytes_chip = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0) * v_ar
     with np.errstate(divide="ignore", invalid="ignore"):
-        t_ar = np.where(tp > 1, np.maximum(hw.hop_s * tp, ar_bytes_chip / (hw.coll_bw * hw.eff_i)), 0.0)
+        t_ar = np.where(tp > 1, hw.ar_hops * hw.hop_s + ar_bytes_chip / (hw.coll_bw * hw.eff_i), 0.0)
         a2a_bytes_chip = (
             2.0
             * (tokens / np.maximum(ep, 1.0))
@@ -192,7 +304,7 @@ def step_cost(
         )
         n_a2a = np.where(use_a2a, n_moe / pp, 0.0)
         t_a2a = np.where(
-            use_a2a, np.maximum(hw.hop_s * ep / 2.0, a2a_bytes_chip * hw.a2a_dist / (hw.coll_bw * hw.eff_i)), 0.0
+            use_a2a, 2.0 * hw.a2a_hops * hw.hop_s + a2a_bytes_chip * hw.a2a_dist / (hw.coll_bw * hw.eff_i), 0.0
         )
     ici_chip = n_ar * ar_bytes_chip + n_a2a * a2a_bytes_chip
     t_ici = n_ar * t_ar + n_a2a * t_a2a
@@ -202,76 +314,132 @@ def step_cost(
     p2p_bytes = v_ar
     dcn_hops = np.minimum(np.maximum(np.asarray(nodes, dtype=float) - 1.0, 0.0), np.maximum(pp - 1.0, 0.0))
     ici_hops = np.maximum(pp - 1.0 - dcn_hops, 0.0)
-    t_p2p = np.where(pp > 1, np.maximum(hw.hop_s, p2p_bytes / (hw.link_bw * tp * hw.eff_i)), 0.0)
+    t_p2p = np.where(pp > 1, hw.hop_s + p2p_bytes / (hw.link_bw * tp * hw.eff_i), 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t_dcn = np.where(dcn_hops > 0, np.maximum(hw.hop_s, p2p_bytes / (np.asarray(hw.dcn_bw) * tp)), 0.0)
+        t_dcn = np.where(dcn_hops > 0, hw.hop_s + p2p_bytes / (np.asarray(hw.dcn_bw) * tp), 0.0)
     ici_total = ici_chip * chips + ici_hops * p2p_bytes
     dcn_total = dcn_hops * p2p_bytes
 
-    # R8 roofs per stage and the binding one.
+    # R8 roofs per stage and the binding one, plus the fixed per-layer overhead of the stage.
     t_c = flops_chip / (hw.peak_flops * hw.eff_c)
     t_h = hbm_chip / (hw.hbm_bw * hw.eff_h)
     roofs = np.stack(np.broadcast_arrays(t_c, t_h, t_ici))
-    t_stage = roofs.max(axis=0)
+    t_stage = roofs.max(axis=0) + (L / pp) * hw.layer_s
     bound = roofs.argmax(axis=0)
     # R9 latency of the step through all pp stages.
     latency = pp * t_stage + ici_hops * t_p2p + dcn_hops * t_dcn
-    # R10 dynamic energy of the step, whole vPod.
+    # R10 dynamic energy of the step, whole vPod; with static power it never exceeds TDP: every
+    # chip is busy for t_stage per micro-batch, so dynamic energy <= (TDP - static) chips t_stage.
     e_dyn = flops * hw.j_flop + hbm_total * hw.j_hbm + ici_total * hw.j_ici + dcn_total * hw.j_dcn
+    e_dyn = np.minimum(e_dyn, hw.max_dyn_w * chips * t_stage)
     # R11 memory per chip: stored weights + KV of all B*pp sequences in flight at mem_context + the
     # live activations of one layer.
     ctx = (P + T) if mem_context is None else np.asarray(mem_context, dtype=float)
-    w_store = m.weight_bytes / chips
-    kv_store = B * ctx * m.kv_bytes_per_token / kv_shard
+    attn_store = L * m.attn_params_per_layer * bw
+    w_store = np.where(dpa, (m.weight_bytes - attn_store) / chips + attn_store / pp, m.weight_bytes / chips)
+    kv_store = np.where(dpa, seq_chip, B / kv_shard) * ctx * m.kv_bytes_per_token
     act_store = 2.0 * tokens * ACT_BYTES * (D + split_width / tp)
     mem = w_store + kv_store + act_store
+    shp = t_stage.shape
     return StepCost(
-        flops=np.broadcast_to(flops, t_stage.shape),
-        hbm_bytes=np.broadcast_to(hbm_total, t_stage.shape),
-        ici_bytes=np.broadcast_to(ici_total, t_stage.shape),
-        t_compute_s=np.broadcast_to(t_c, t_stage.shape),
-        t_hbm_s=np.broadcast_to(t_h, t_stage.shape),
-        t_ici_s=np.broadcast_to(t_ici, t_stage.shape),
+        flops=np.broadcast_to(flops, shp),
+        hbm_bytes=np.broadcast_to(hbm_total, shp),
+        ici_bytes=np.broadcast_to(ici_total, shp),
+        t_compute_s=np.broadcast_to(t_c, shp),
+        t_hbm_s=np.broadcast_to(t_h, shp),
+        t_ici_s=np.broadcast_to(t_ici, shp),
         t_stage_s=t_stage,
-        latency_s=np.broadcast_to(latency, t_stage.shape),
+        latency_s=np.broadcast_to(latency, shp),
         bound=bound,
-        energy_dyn_j=np.broadcast_to(e_dyn, t_stage.shape),
-        mem_bytes_per_chip=np.broadcast_to(mem, t_stage.shape),
-        dcn_bytes=np.broadcast_to(dcn_total, t_stage.shape),
+        energy_dyn_j=np.broadcast_to(e_dyn, shp),
+        mem_bytes_per_chip=np.broadcast_to(mem, shp),
+        dcn_bytes=np.broadcast_to(dcn_total, shp),
     )
 
 
+def steady_state_energy_j(sc: StepCost, static_w_per_chip: float, chips: int) -> np.ndarray:
+    """Energy per micro-batch of work in steady state (R13): dynamic energy plus static power over
+    the time the vPod spends per micro-batch. With pp micro-batches in flight a new one completes
+    every ``t_stage``, so static power is charged over ``t_stage``, not over one micro-batch's
+    pipeline latency ``pp t_stage + hops``."""
+    return sc.energy_dyn_j + static_w_per_chip * chips * sc.t_stage_s
+
+
 # --------------------------------------------------------------------------------------------
-# Slice geometry -> collective bandwidth
+# Slice geometry -> collective steps and bandwidth
 
 
-def slice_collective(chip: ChipSpec, shape: tuple[int, ...], tp: int) -> tuple[float, float, int, bool]:
-    """Per-chip bandwidth a TP group of ``tp`` chips gets on a slice of ``shape``.
+@dataclass(frozen=True)
+class TpGroup:
+    """A TP group on a slice: its extent on each axis, whether each ring wraps, and the collective
+    numbers the roofline uses (R7)."""
 
-    The TP group takes the slice's axes largest first until it holds ``tp`` chips. Each axis it uses
-    contributes one link per direction; an axis with wraparound runs a bidirectional ring (2
-    directions), an axis without it the one-way rate (hardware.md section 2.3: "a slice without
-    wraparound gets the one-way rate"). Returns ``(coll_bw B/s, a2a distance factor, axes, wrap)``.
-    Switched GPU nodes: all NVLink links, one direction's worth, distance 1.
+    extents: tuple[int, ...]  # group length on each axis it spans (largest axis first)
+    wraps: tuple[bool, ...]  # that axis segment is a ring with wraparound
+    coll_bw: float  # B/s per chip over the group's links, one or two directions per axis
+    a2a_dist: float  # mean ring distance factor of an all-to-all
+    ar_hops: float  # steps of one all-reduce (reduce-scatter + all-gather)
+    a2a_hops: float  # diameter of the group: steps of one all-to-all
+
+    @property
+    def wrap(self) -> bool:
+        return bool(self.wraps) and all(self.wraps)
+
+
+def ring_hops(n: int, wrap: bool) -> int:
+    """Steps of one all-gather (or reduce-scatter) on a ring of ``n`` chips: ``n - 1`` on a line
+    (one direction's rate), ``floor(n / 2)`` on a ring with wraparound (both directions at once:
+    scaling-book sharding.md, an AllGather "in N/2 hops")."""
+    if n <= 1:
+        return 0
+    return n // 2 if wrap else n - 1
+
+
+def tp_group(chip: ChipSpec, shape: tuple[int, ...], tp: int) -> TpGroup:
+    """The TP group of ``tp`` chips on a slice of ``shape``.
+
+    The group takes the slice's axes largest first, each as far as it needs: its extent on an axis
+    is ``min(axis length, chips still to place)``. A segment shorter than its axis is a line, not a
+    ring: it has no wraparound even when the full axis has (v5e 8x16 at tp 8; v5p 4x4x4 at tp 2).
+    All-reduce = reduce-scatter then all-gather, axis after axis: ``2 sum_i hops_i`` steps
+    (``hops = n - 1`` on a line, ``floor(n/2)`` on a wrapped ring, :func:`ring_hops`); the bytes
+    move over all the group's axes at once, one link per direction, two directions on a wrapped
+    axis. Switched GPU nodes: NCCL's ring of ``2 (tp - 1)`` steps over all NVLink links, one
+    direction's worth; an all-to-all is one step through the switch.
     """
     link = chip.ici_link_bytes_per_s
     if chip.topology == "switched":
-        return chip.ici_links * link, 1.0, 1, True
+        steps = 2.0 * max(tp - 1, 0)
+        return TpGroup((tp,), (True,), chip.ici_links * link, 1.0, steps, 1.0 if tp > 1 else 0.0)
     if tp <= 1:
-        return chip.ici_links * link, 1.0, 0, False
+        return TpGroup((), (), chip.ici_links * link, 1.0, 0.0, 0.0)
     axes_sorted = sorted(range(len(shape)), key=lambda i: (-shape[i], i))
-    used, prod = [], 1
+    extents: list[int] = []
+    wraps: list[bool] = []
+    left = tp
     for i in axes_sorted:
-        if prod >= tp:
+        if left <= 1:
             break
-        if shape[i] > 1:
-            used.append(i)
-            prod *= shape[i]
-    wrap = all(axis_wraps(chip, shape, i) for i in used)
-    dirs = 2.0 if wrap else 1.0
-    ring = max(shape[i] for i in used)
-    a2a = max(1.0, ring / (4.0 if wrap else 2.0))
-    return link * len(used) * dirs, a2a, len(used), wrap
+        if shape[i] <= 1:
+            continue
+        ext = min(shape[i], left)
+        extents.append(ext)
+        wraps.append(ext == shape[i] and axis_wraps(chip, shape, i))
+        left = -(-left // ext)
+    bw = sum(link * (2.0 if w else 1.0) for w in wraps)
+    hops = [ring_hops(n, w) for n, w in zip(extents, wraps, strict=True)]
+    ring = max(extents)
+    wrap_ring = wraps[extents.index(ring)]
+    a2a = max(1.0, ring / (4.0 if wrap_ring else 2.0))
+    return TpGroup(tuple(extents), tuple(wraps), bw, a2a, 2.0 * sum(hops), float(sum(hops)))
+
+
+def slice_collective(chip: ChipSpec, shape: tuple[int, ...], tp: int) -> tuple[float, float, int, bool]:
+    """``(coll_bw B/s, a2a distance factor, axes spanned, all wrapped)`` of :func:`tp_group`."""
+    g = tp_group(chip, shape, tp)
+    if chip.topology == "switched":
+        return g.coll_bw, g.a2a_dist, 1, True
+    return g.coll_bw, g.a2a_dist, len(g.extents), g.wrap
 
 
 def vpod_nodes(chip: ChipSpec, chips: int) -> int:

@@ -84,10 +84,14 @@ def test_neuscale_profile_uses_the_papers_efficiencies():
         ("tpu-v5p", 1.16, 18.51),
         ("tpu-v6e", 3.50, 13.52),
     ):
-        e = energy_spec(get_chip(chip), "neuscale")
+        # read all-in at full load (static included), capped at TDP, static subtracted
+        c = get_chip(chip)
+        e = energy_spec(c, "neuscale")
         assert e.profile == "neuscale"
-        assert 1 / e.j_per_flop == pytest.approx(tflop_j * 1e12)
-        assert 1 / e.j_per_hbm_byte == pytest.approx(gb_j * 1e9)
+        p_flop = min(c.peak_flops / (tflop_j * 1e12), c.tdp_w)
+        p_hbm = min(c.hbm_bytes_per_s / (gb_j * 1e9), c.tdp_w)
+        assert e.j_per_flop == pytest.approx((p_flop - e.static_w) / c.peak_flops)
+        assert e.j_per_hbm_byte == pytest.approx((p_hbm - e.static_w) / c.hbm_bytes_per_s)
 
 
 def test_neusim_profile_by_hand_for_v5p():

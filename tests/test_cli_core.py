@@ -34,6 +34,8 @@ def test_roofline_json_has_the_contract_fields(capsys):
         "1",
         "--batch",
         "1",
+        "--calibration",
+        "none",
         "--json",
         "-",
     )

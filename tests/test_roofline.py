@@ -8,13 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from neuscale_opt.catalog import energy_spec, get_chip, get_model
-from neuscale_opt.roofline import BOUNDS, axis_wraps, hw_rows_for, slice_collective, step_cost
+from neuscale_opt.roofline import BOUNDS, axis_wraps, for_slice, hw_rows_for, slice_collective, step_cost
 
 
 def hw(chip: str, shape=(1,), tp: int = 1, profile: str = "neuscale"):
     c = get_chip(chip)
-    bw, a2a, _, _ = slice_collective(c, shape, tp)
-    return hw_rows_for(c, energy_spec(c, profile), bw, a2a)
+    return for_slice(hw_rows_for(c, energy_spec(c, profile), 0.0, 1.0), c, shape, tp)
 
 
 def test_llama3_8b_decode_batch1_one_v5p_is_hbm_bound_at_weights_over_bandwidth():
@@ -35,7 +34,7 @@ def test_llama3_70b_bf16_does_not_fit_one_v5p():
     h = hw("tpu-v5p")
     sc = step_cost(m, h, 1, 1, 1, 1, 1, 1)
     assert m.weight_bytes == pytest.approx(141.1e9, rel=1e-3)
-    assert float(sc.mem_bytes_per_chip) > float(h.hbm_cap) == 95 * 2**30
+    assert float(sc.mem_bytes_per_chip) > float(h.hbm_cap) == pytest.approx(0.9 * 95 * 2**30)
 
 
 def test_prefill_2048_on_v6e_is_compute_bound_with_hand_flops():
@@ -59,10 +58,12 @@ def test_tensor_parallel_all_reduce_by_hand():
     v = 8 * 1 * 8192 * 2
     per_chip = 80 * 2 * (2 * 3 / 4 * v)
     assert float(sc.ici_bytes) == pytest.approx(per_chip * 4)
-    # 2x2x1 sub-cube slice: no wraparound, TP group spans 2 axes, one direction each
+    # 2x2x1 sub-cube slice: no wraparound, TP group spans 2 axes, one direction each (100 GB/s)
     bw, _, axes, wrap = slice_collective(get_chip("tpu-v5p"), (2, 2, 1), 4)
-    assert (axes, wrap) == (2, False) and bw == pytest.approx(2 * 90e9)
-    t_ar = max(4 * 1e-6, 2 * 3 / 4 * v / bw)
+    assert (axes, wrap) == (2, False) and bw == pytest.approx(2 * 100e9)
+    # steps: reduce-scatter + all-gather on two lines of 2 chips: 2 x (1 + 1) = 4 steps of 1 us,
+    # plus the bytes (summed, not the max of the two)
+    t_ar = 4 * 1e-6 + 2 * 3 / 4 * v / bw
     assert float(sc.t_ici_s) == pytest.approx(160 * t_ar)
 
 
@@ -83,9 +84,15 @@ def test_moe_imbalance_slows_the_busiest_chip_under_expert_parallelism():
     even = step_cost(m, h, 64, 1, 64, 64, 1, 1000, moe_imbalance=1.0)
     assert float(ep64.t_compute_s) > float(even.t_compute_s)
     assert float(even.t_compute_s) == pytest.approx(float(ep1.t_compute_s))
-    # 256 experts over 64 chips: 4 per chip, one at 7x: (7 + 3) / 4 = 2.5x on the routed part
+    # 64 tokens x 8 experts = 512 assignments over 64 chips, 8 per chip on average: the busiest
+    # chip's expected load by Monte Carlo of the multinomial draw (independent of the code's
+    # Poisson sum), relative to the mean 8
+    rng = np.random.default_rng(0)
+    draws = rng.multinomial(512, [1 / 64] * 64, size=20000).max(axis=1).mean() / 8.0
     routed = 64 * 2 * 8 * m.expert_params * m.n_moe_layers / 64
-    assert float(ep64.t_compute_s - even.t_compute_s) == pytest.approx(routed * 1.5 / 459e12, rel=1e-9)
+    extra = float(ep64.t_compute_s - even.t_compute_s) * 459e12 / routed  # = factor - 1
+    assert 1.0 + extra == pytest.approx(draws, rel=0.03)
+    assert 1.5 < 1.0 + extra < 7.0
 
 
 chips_st = st.sampled_from([1, 2, 4, 8, 16, 32, 64])
@@ -144,7 +151,12 @@ def test_three_rooflines_and_ridges_by_hand():
     c = get_chip("tpu-v6e")
     r = chip_rooflines(c, energy_spec(c, "neuscale"))
     assert r["ridge_time_flop_per_byte"] == pytest.approx(918e12 / 1638e9)
-    assert r["ridge_energy_flop_per_byte"] == pytest.approx(3.50e12 / 13.52e9)
+    # neuscale read all-in: 918/3.50 = 262.29 W at full compute, 1638/13.52 = 121.15 W at full HBM
+    # bandwidth, both minus the static power, per FLOP and per byte
+    static = energy_spec(c, "neusim").static_w
+    j_flop = (918 / 3.50 - static) / 918e12
+    j_hbm = (1638 / 13.52 - static) / 1638e9
+    assert r["ridge_energy_flop_per_byte"] == pytest.approx(j_hbm / j_flop)
     assert r["peak_flop_per_usd"] == pytest.approx(918e12 * 3600 / 2.70)
     cur = roofline_curves(r, np.array([1.0, r["ridge_time_flop_per_byte"], 1e6]))
     assert cur["flop_per_s"][0] == pytest.approx(1638e9) and cur["flop_per_s"][2] == pytest.approx(918e12)
@@ -165,8 +177,8 @@ def test_multi_node_gpu_vpods_hand_off_over_the_dcn():
     v = 8 * 16384 * 2  # B*T*D bf16 activations handed from stage 1 to stage 2
     assert float(one.dcn_bytes) == 0.0 and float(two.dcn_bytes) == v
     assert float(two.ici_bytes) == pytest.approx(float(one.ici_bytes) - v)
-    t_dcn = max(1e-6, v / (400e9 / 8 * 8))  # 400 Gb/s per GPU, 8 GPUs of the stage
-    t_ici = max(1e-6, v / (8 * 18 * 25e9))  # NVLink through the switch, 1/8 of the activations per GPU
+    t_dcn = 1e-6 + v / (400e9 / 8 * 8)  # 400 Gb/s per GPU, 8 GPUs of the stage
+    t_ici = 1e-6 + v / (8 * 18 * 25e9)  # NVLink through the switch, 1/8 of the activations per GPU
     assert float(two.latency_s - one.latency_s) == pytest.approx(t_dcn - t_ici)
     # 405B in bf16 (811 GB) does not fit one 8 x 80 GiB node but fits two
     assert float(step_cost(m, h, 8, 1, 1, 1, 1, 1).mem_bytes_per_chip) > float(h.hbm_cap)

@@ -66,8 +66,24 @@ def _roofline_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-len", type=int, default=0, help="decode: tokens still to generate (memory check)")
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--profile", choices=ENERGY_PROFILES, default="neuscale", help="energy profile")
+    p.add_argument("--attn-dp", action="store_true", help="MLA data-parallel attention layout (needs --ep = tp)")
+    p.add_argument(
+        "--hop-latency-s",
+        type=float,
+        default=None,
+        help="collective step latency in s (default: the calibration profile's, else the roofline's default)",
+    )
+    p.add_argument("--hbm-usable-fraction", type=float, default=None, help="usable share of HBM (default 0.9)")
+    p.add_argument("--calibration", default="default", help="calibration profile: default, none or a TOML path")
     p.add_argument("--json", metavar="PATH|-", default="-", help="where to write the JSON (default stdout)")
     p.set_defaults(func=cmd_roofline)
+
+
+def _calibrate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("measurements", help="measurements CSV (columns of data/measured/README.md)")
+    p.add_argument("--out", metavar="PROFILE.toml", help="write the profile (default: print the summary only)")
+    p.add_argument("--no-cv", action="store_true", help="skip the leave-one-source-out cross-validation")
+    p.set_defaults(func=cmd_calibrate)
 
 
 def _catalog_args(p: argparse.ArgumentParser) -> None:
@@ -91,6 +107,7 @@ COMMANDS: dict[str, Command] = {
     "validate": Command("check an instance file; --json prints it normalised", _validate_args),
     "candidates": Command("list candidate vPod configurations and the Pareto fronts", _candidates_args),
     "roofline": Command("roofline of one configuration and one step", _roofline_args),
+    "calibrate": Command("fit the roofline's calibration profile to measured points", _calibrate_args),
     "catalog": Command("list the shipped chips, models or energy profiles", _catalog_args),
     "instances": Command("list the shipped instances: name, description, path", _instances_args),
     "init": Command("copy a shipped instance and its data files into a folder, ready to run", _init_args),
@@ -196,10 +213,19 @@ def _print_summary(name: str, cs, shown) -> None:
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
+    from neuscale_opt.calibrate import chip_calibration
     from neuscale_opt.candidates import slice_shapes
     from neuscale_opt.catalog import energy_spec, get_chip, get_model
     from neuscale_opt.io import check_output, write_json
-    from neuscale_opt.roofline import BOUNDS, hw_rows_for, slice_collective, step_cost, vpod_nodes
+    from neuscale_opt.roofline import (
+        BOUNDS,
+        HBM_USABLE_FRACTION_DEFAULT,
+        for_slice,
+        hw_rows_for,
+        steady_state_energy_j,
+        step_cost,
+        vpod_nodes,
+    )
 
     check_output(args.json, "--json")
     model = get_model(args.model, where="--model")
@@ -232,9 +258,18 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         raise InputError(f"tp x pp = {tp} x {args.pp} != {args.chips} chips", where="--tp")
     if args.ep not in (1, tp) or (args.ep > 1 and not model.is_moe):
         raise InputError("must be 1, or equal to tp for an MoE model", where="--ep")
-    bw, a2a, _, _ = slice_collective(chip, shape, tp)
+    if args.attn_dp and not (model.is_mla and args.ep == tp > 1):
+        raise InputError("needs an MLA model with --ep equal to tp > 1", where="--attn-dp")
+    if args.hop_latency_s is not None and not (math.isfinite(args.hop_latency_s) and args.hop_latency_s >= 0):
+        raise InputError("must be a finite number >= 0", where="--hop-latency-s")
+    hbm_frac = HBM_USABLE_FRACTION_DEFAULT if args.hbm_usable_fraction is None else args.hbm_usable_fraction
+    if not (math.isfinite(hbm_frac) and 0 < hbm_frac <= 1):
+        raise InputError("must be in (0, 1]", where="--hbm-usable-fraction")
     es = energy_spec(chip, args.profile)
-    hw = hw_rows_for(chip, es, bw, a2a)
+    cal = chip_calibration(args.calibration, chip, hop_latency_s=args.hop_latency_s)
+    hop_s = cal.hop_latency_s
+    hw = hw_rows_for(chip, es, 0.0, 1.0, hbm_frac, hop_s, cal.eff, cal.layer_overhead_s)
+    hw = for_slice(hw, chip, shape, tp)
     B = float(args.batch)
     nodes = vpod_nodes(chip, args.chips)
     if nodes > 1 and (tp > chip.pod_chips or args.pp % nodes):
@@ -244,7 +279,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
             where="--tp",
         )
     if args.phase == "prefill":
-        sc = step_cost(model, hw, tp, args.pp, args.ep, B, float(args.seq_len), 0.0, nodes=nodes)
+        sc = step_cost(model, hw, tp, args.pp, args.ep, B, float(args.seq_len), 0.0, nodes=nodes, attn_dp=args.attn_dp)
         tokens = B * args.seq_len
     else:
         sc = step_cost(
@@ -258,10 +293,13 @@ def cmd_roofline(args: argparse.Namespace) -> int:
             float(args.seq_len),
             mem_context=float(args.seq_len + args.output_len),
             nodes=nodes,
+            attn_dp=args.attn_dp,
         )
         tokens = B
     latency = float(sc.latency_s)
-    static_j = es.static_w * args.chips * latency
+    # steady state (R13): pp micro-batches in flight, one completes every t_stage
+    energy_j = float(steady_state_energy_j(sc, es.static_w, args.chips))
+    static_j = energy_j - float(sc.energy_dyn_j)
     price = chip.price_usd_per_chip_hour
     res = {
         "model": model.name,
@@ -281,10 +319,14 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         "t_hbm_s": float(sc.t_hbm_s),
         "t_ici_s": float(sc.t_ici_s),
         "throughput_tokens_s": tokens * args.pp / (args.pp * float(sc.t_stage_s)),
-        "energy_j": float(sc.energy_dyn_j) + static_j,
+        "energy_j": energy_j,
         "energy_dynamic_j": float(sc.energy_dyn_j),
         "energy_static_j": static_j,
-        "cost_usd": price * args.chips * latency / 3600.0 if not math.isnan(price) else None,
+        "energy_j_per_token": energy_j / tokens,
+        "attn_dp": bool(args.attn_dp),
+        "hop_latency_s": hop_s,
+        "calibration": cal.note,
+        "cost_usd": price * args.chips * float(sc.t_stage_s) / 3600.0 if not math.isnan(price) else None,
         "bound": str(BOUNDS[int(sc.bound)]),
         "memory_ok": bool(sc.mem_bytes_per_chip <= hw.hbm_cap),
         "memory_bytes_per_chip": float(sc.mem_bytes_per_chip),
@@ -328,4 +370,16 @@ def cmd_init(args: argparse.Namespace) -> int:
 
     target = copy_instance(args.name, args.dir)
     sys.stdout.write(f"{target}\n")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from neuscale_opt.calibrate import calibrate, profile_toml, summary_table
+    from neuscale_opt.io import check_output, emit
+
+    check_output(args.out, "--out")
+    cal = calibrate(args.measurements, cross_validate=not args.no_cv)
+    sys.stdout.write(summary_table(cal))
+    if args.out:
+        emit(profile_toml(cal), args.out, "--out")
     return 0

@@ -245,7 +245,7 @@ def run(
             h = tab.h0[n] + tab.h1[n] * pm
             i = tab.ici[n]
             tau = (c if c > h else h) if (c > i or h > i) else i
-            tau = tab.vtype.pp * tau + tab.p2p[n]
+            tau = tab.vtype.pp * (tau + tab.stage_overhead_s) + tab.p2p[n]
             v.state = DECODING
             v.t0 = t
             v.tau = tau

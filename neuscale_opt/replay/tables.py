@@ -8,7 +8,7 @@ every term of the roofline (``formulations/roofline.md``, R1-R10) is affine in `
 weights (R4), activations (R6) and ICI traffic (R7) do not depend on ``P``. So per batch size
 
     t_compute(P) = c0 + c1 P,   t_hbm(P) = h0 + h1 P,   t_ici = i0,
-    t_stage(P)   = max(t_compute, t_hbm, t_ici)                        (R8)
+    t_stage(P)   = max(t_compute, t_hbm, t_ici) + (L/pp) t_layer       (R8)
     step(P)      = pp t_stage(P) + (pp - 1) t_p2p                     (R9)
     E_dyn(P)     = e0 + e1 P                                           (R10)
 
@@ -50,7 +50,7 @@ else the chip's ICI energy per byte: the ``dcn_energy_j_per_byte`` column of
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,7 +58,7 @@ from neuscale_opt.candidates import chip_context, effective_model
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.instance import Instance
 from neuscale_opt.replay.plan import VpodType
-from neuscale_opt.roofline import slice_collective, step_cost, vpod_nodes
+from neuscale_opt.roofline import for_slice, step_cost, vpod_nodes
 
 P_PROBE = 65536.0  # second context at which the affine coefficients are read (tokens)
 
@@ -94,11 +94,13 @@ class StepTable:
     bp_e: tuple[float, ...] | list[float] = ()  # J, dynamic energy
     attn_c: float = 0.0  # s of compute roof per attention pair (a_c)
     attn_e: float = 0.0  # J per attention pair (a_e)
+    stage_overhead_s: float = 0.0  # s, fixed per-layer overhead of a stage's L/pp layers (R8)
 
     def decode_step(self, n: int, mean_ctx: float) -> tuple[float, float]:
         """(seconds, dynamic joules) of one decode round of ``n`` sequences at mean past context."""
         pp = self.vtype.pp
         t = max(self.c0[n] + self.c1[n] * mean_ctx, self.h0[n] + self.h1[n] * mean_ctx, self.ici[n])
+        t += self.stage_overhead_s
         return pp * t + self.p2p[n], self.e0[n] + self.e1[n] * mean_ctx
 
     def prefill_batch(self, lengths: list[int]) -> tuple[float, float, float]:
@@ -113,7 +115,7 @@ class StepTable:
         c = self.bp_c[n_tok] + self.attn_c * extra
         h = self.bp_h[n_tok]
         i = self.bp_i[n_tok]
-        st = max(c, h, i)
+        st = max(c, h, i) + self.stage_overhead_s
         return st, self.vtype.pp * st + self.bp_p2p[n_tok], self.bp_e[n_tok] + self.attn_e * extra
 
 
@@ -121,8 +123,7 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
     """The :class:`StepTable` of ``vt`` under ``inst`` (model, energy profile, efficiencies, prices)."""
     model = effective_model(inst)
     ctx = chip_context(inst, vt.chip)
-    bw, a2a, _, _ = slice_collective(get_chip(vt.chip), vt.shape, vt.tp)
-    hw = replace(ctx.hw, coll_bw=np.float64(bw), a2a_dist=np.float64(a2a))
+    hw = for_slice(ctx.hw, get_chip(vt.chip), vt.shape, vt.tp)
     tp, pp, ep = float(vt.tp), float(vt.pp), float(vt.ep)
 
     n = np.arange(1, vt.slots + 1, dtype=np.float64)
@@ -177,5 +178,6 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
         kv_bytes_per_token=float(model.kv_bytes_per_token),
         dcn_bytes_per_s=chips * float(get_chip(vt.chip).dcn_bytes_per_s),
         dcn_j_per_byte=(dcn_pj * 1e-12) if dcn_pj is not None else float(ctx.hw.j_ici),
+        stage_overhead_s=float(model.n_layers) / pp * float(hw.layer_s),
         **batched,
     )

@@ -57,11 +57,11 @@ def test_counting_chips_accepts_a_plan_the_pods_cannot_hold(unplaceable):
     coeffs, inst = unplaceable
     count_only = solve_milp(coeffs, PlanOptions.from_instance(inst, placement="none"))
     assert count_only.status == "optimal"
-    assert _shape_counts(count_only) == {(V6E, "2x4"): 25}
-    assert count_only.objective_value == pytest.approx(20574180.626797758, rel=1e-6)
-    # 25 whole hosts are needed, the pod has 244 healthy chips (30 hosts' worth) but 20 whole hosts
+    assert _shape_counts(count_only) == {(V6E, "2x4"): 24}
+    assert count_only.objective_value == pytest.approx(12317000.153210346, rel=1e-6)
+    # 24 whole hosts are needed, the pod has 244 healthy chips (30 hosts' worth) but 20 whole hosts
     pod = _pods_of(coeffs)["tpu-v6e/0"]
-    assert pod.healthy_chips == 244 >= 25 * 8
+    assert pod.healthy_chips == 244 >= 24 * 8
     assert max_count(pod, "2x4") == 20
     assert brute_force_feasible(pod, {"2x4": 20}) and not brute_force_feasible(pod, {"2x4": 21})
     ev = evaluate(count_only, coeffs)
@@ -76,7 +76,7 @@ def test_placement_picks_another_plan(unplaceable, variant):
     assert sol.status == "optimal"
     # 20 vPods on the undamaged hosts, the rest on 9 v5e 4x4 vPods: dearer than the count-only plan
     assert _shape_counts(sol) == {(V6E, "2x4"): 20, (V5E, "4x4"): 9}
-    assert sol.objective_value == pytest.approx(31685053.817010414, rel=1e-6)
+    assert sol.objective_value == pytest.approx(19960715.77604627, rel=1e-6)
     ev = evaluate(sol, coeffs)
     assert ev.feasible, ev.violations
     assert ev.unplaced == () and ev.totals["placement"] == "checked"
@@ -99,9 +99,9 @@ def test_without_a_fallback_the_planner_refuses_with_a_diagnosis():
         assert sol.status == "infeasible"
         d = sol.diagnosis
         assert "\n" not in d
-        assert "counting chips alone the inventory covers all classes (with tpu-v6e 25 x 2x4)" in d
-        assert "tpu-v6e needs 25 x 2x4 slices but its pods hold at most 20 at once" in d
-        assert "leaves 82.11 req/s unserved ('chat' 82.11)" in d
+        assert "counting chips alone the inventory covers all classes (with tpu-v6e 12 x 4x4)" in d
+        assert "tpu-v6e needs 12 x 4x4 slices but its pods hold at most 8 at once" in d
+        assert "leaves 86.02 req/s unserved ('chat' 86.02)" in d
     g = greedy(coeffs, PlanOptions.from_instance(inst))
     assert g.status == "infeasible"
     assert "no longer fit although chips remained: tpu-v6e 2x4" in g.diagnosis
@@ -320,7 +320,9 @@ def test_default_instance_plans_with_placements():
     sol = solve_milp(coeffs, opts)
     ref = solve_milp(coeffs, opts.replace(placement="none"))
     assert sol.status == "optimal"
-    assert sol.objective_value == pytest.approx(ref.objective_value, rel=1e-6)
+    # placing slices can only restrict the count-only plan (with the calibrated coefficients the
+    # default fleet is nearly full and placement binds: the placed plan is dearer)
+    assert sol.objective_value >= ref.objective_value * (1 - 1e-6)
     ev = evaluate(sol, coeffs)
     assert ev.feasible and ev.totals["placement"] == "checked"
     assert len(sol.placements) == sum(_alloc_counts(sol).get(k, 0) for k in _alloc_counts(sol) if k[1] != V6E)

@@ -207,7 +207,7 @@ def test_init_copies_the_trace_and_rewrites_its_path(tmp_path, capsys):
 # every method on every instance
 # ----------------------------------------------------------------------------------------------
 def test_epoch_methods_on_a_horizon_instance(tmp_path, capsys):
-    hz = str(INSTANCES / "horizon" / "azure-code.toml")
+    hz = str(INSTANCES / "default.toml")  # has a [horizon] table
     code, out, err = run(capsys, "plan", hz, "--method", "greedy", "--json", tmp_path / "g.json", "--quiet")
     assert code == 0, err
     assert "note: greedy plans every epoch independently" in err and err.count("\n") == 1

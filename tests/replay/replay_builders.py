@@ -40,7 +40,7 @@ def tiny_instance(
                 ],
             },
             "epochs": {"length_s": length_s, "horizon": epochs},
-            "search": {"max_chips_per_vpod": 8},
+            "search": {"max_chips_per_vpod": 8, "calibration": "none"},  # pure roofline: pinned capacities
             **({"slo": slo} if slo else {}),
         }
     )

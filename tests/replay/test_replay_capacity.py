@@ -17,7 +17,8 @@ from neuscale_opt.io import to_json
 from neuscale_opt.replay import ReplayOptions, load_plan, replay, simple_plan
 
 # Class a 400 req/s, class b 100 req/s for two 60-s epochs: the lowest-energy configurations (v6e
-# 2x4, 217 and 48 req/s per vPod) need 3 vPods each at the 0.9 utilisation cap; "half" gives 2.
+# 2x2, 109.7 and 26.0 req/s per vPod) need ceil(400 / (0.9 x 109.7)) = 5 and ceil(100 / (0.9 x 26.0))
+# = 5 vPods at the 0.9 utilisation cap; "half" gives ceil(2.03) = 3 and ceil(2.14) = 3.
 RATES = {"a": 400.0, "b": 100.0}
 
 
@@ -44,8 +45,8 @@ def _n_vpods(plan: dict) -> dict[str, int]:
 
 def test_needed_capacity_is_several_vpods(loaded):
     _, coeffs, _ = loaded
-    assert _n_vpods(simple_plan(coeffs)) == {"a": 3, "b": 3}
-    assert _n_vpods(simple_plan(coeffs, scale=0.5)) == {"a": 2, "b": 2}
+    assert _n_vpods(simple_plan(coeffs)) == {"a": 5, "b": 5}
+    assert _n_vpods(simple_plan(coeffs, scale=0.5)) == {"a": 3, "b": 3}
 
 
 def test_ample_capacity_meets_every_slo(loaded):
@@ -59,7 +60,8 @@ def test_ample_capacity_meets_every_slo(loaded):
 def test_planned_capacity_meets_the_slo(loaded):
     inst, coeffs, trace = loaded
     res = replay(simple_plan(coeffs), inst, trace, coeffs=coeffs)
-    assert res.totals["slo_attainment"] == 1.0
+    # at 73 % load a Poisson burst can queue a prompt past class a's tight 21 ms TTFT target
+    assert res.totals["slo_attainment"] >= 0.999
 
 
 def test_half_capacity_misses_the_slo(loaded):
@@ -67,7 +69,7 @@ def test_half_capacity_misses_the_slo(loaded):
     res = replay(simple_plan(coeffs, scale=0.5), inst, trace, coeffs=coeffs)
     assert res.totals["slo_attainment"] < 0.95
     b = res.by_bucket.set_index("bucket")
-    assert b.loc["b", "slo_attainment"] < 0.5  # 2 vPods (96 req/s at full load) for 100 req/s
+    assert b.loc["b", "slo_attainment"] < 0.5  # 3 vPods (78 req/s at full load) for 100 req/s
     assert b.loc["b", "p99_ttft_s"] > 10 * b.loc["b", "ttft_slo_s"]  # the queue grows
 
 
@@ -111,7 +113,7 @@ def test_money_and_carbon_follow_chip_hours(default_run):
 
 
 def test_default_instance_plan_within_capacity(default_run):
-    _, _, plan, res = default_run
+    inst, _, plan, res = default_run
     t = res.totals
     assert t["requests"] == 19366
     assert t["slo_attainment"] == 1.0
@@ -119,9 +121,11 @@ def test_default_instance_plan_within_capacity(default_run):
     assert t["tokens_out"] == 4088665  # every output token of the trace
     for k in ("p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s"):
         assert 0 < t[k] < 1.0
-    # held = the plan's vPods over the hour (each vPod of the simple plan lives from its first to
-    # its last epoch, plus its drain)
-    assert t["chip_hours"] >= 48.0
+    # held >= the plan's vPods over their epochs (each vPod of the simple plan lives from its first
+    # to its last epoch, plus its drain)
+    rows = {(r["epoch"], r["vpod_group"]): r for r in plan["allocations"]}.values()
+    planned = sum(r["n_vpods"] * r["chips_per_vpod"] for r in rows) * inst.epochs.length_s / 3600.0
+    assert t["chip_hours"] >= planned * (1 - 1e-9) > 0
 
 
 def test_replay_is_deterministic(default_run):

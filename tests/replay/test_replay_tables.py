@@ -3,8 +3,6 @@ tabulated per prompt length."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -12,7 +10,7 @@ from neuscale_opt.candidates import chip_context, effective_model
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.instance import parse_instance
 from neuscale_opt.replay import VpodType, build_table
-from neuscale_opt.roofline import slice_collective, step_cost
+from neuscale_opt.roofline import for_slice, step_cost
 
 CASES = [
     ("Llama-3-8B", VpodType("tpu-v6e", (1, 1), 1, 1, 1, 16, "colocated")),
@@ -40,8 +38,7 @@ def test_decode_and_prefill_equal_step_cost(model, vt):
     inst = _instance(model, vt.chip)
     tab = build_table(inst, vt, max_input=5000)
     m = effective_model(inst)
-    bw, a2a, _, _ = slice_collective(get_chip(vt.chip), vt.shape, vt.tp)
-    hw = replace(chip_context(inst, vt.chip).hw, coll_bw=np.float64(bw), a2a_dist=np.float64(a2a))
+    hw = for_slice(chip_context(inst, vt.chip).hw, get_chip(vt.chip), vt.shape, vt.tp)
     rng = np.random.default_rng(0)
     ns = sorted({1, vt.slots, *rng.integers(1, vt.slots + 1, size=6).tolist()})
     ctxs = [0.0, 1.5, 777.25, 4096.0, 30000.0, 131072.0]
