@@ -6,7 +6,7 @@ command group means adding its ``register`` here; ``neuscale_opt.cli`` never cha
 
 from __future__ import annotations
 
-from neuscale_opt import commands_core
+from neuscale_opt import commands_core, export_cli
 from neuscale_opt.alloc import cli as alloc_cli
 from neuscale_opt.replay import cli as replay_cli
 from neuscale_opt.report import bench as report_bench
@@ -18,4 +18,5 @@ REGISTRARS = [
     alloc_cli.register,
     replay_cli.register,
     report_bench.register,
+    export_cli.register,
 ]
