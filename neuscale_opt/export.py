@@ -341,24 +341,18 @@ def plan_groups(plan: dict[str, Any], where: str = "plan") -> tuple[pd.DataFrame
     if not len(a):
         return pd.DataFrame(columns=["epoch", "vpod_group"]), tuple(sorted(epochs))
     keys = ["chip", "shape", "chips_per_vpod", "tp", "pp", "ep", "batch", "phase", "n_vpods"]
-    rows = []
-    for (epoch, group), g in a.groupby(["epoch", "vpod_group"], sort=True):
-        if len(g[keys].drop_duplicates()) > 1:
-            raise InputError(
-                f"allocations: the rows of group {group!r} in epoch {epoch} disagree on its vPod type or n_vpods",
-                where=where,
-            )
-        first = g.iloc[0]
-        rows.append(
-            {
-                "epoch": int(epoch),
-                "vpod_group": str(group),
-                **{k: first[k] for k in keys},
-                "buckets": "+".join(sorted(set(g["bucket"].astype(str)))),
-                "rate_rps": float(g["rate_rps"].sum()),
-            }
+    by = a.groupby(["epoch", "vpod_group"], sort=True)
+    mixed = by[keys].nunique().gt(1).any(axis=1)
+    if mixed.any():
+        epoch, group = mixed[mixed].index[0]
+        raise InputError(
+            f"allocations: the rows of group {group!r} in epoch {epoch} disagree on its vPod type or n_vpods",
+            where=where,
         )
-    groups = pd.DataFrame(rows)
+    groups = by[keys].first().reset_index()
+    groups["buckets"] = by["bucket"].agg(lambda b: "+".join(sorted(set(map(str, b))))).to_numpy()
+    groups["rate_rps"] = by["rate_rps"].sum().to_numpy(dtype=float)
+    groups["epoch"] = groups["epoch"].astype(int)
     groups = groups[groups["n_vpods"] > 0].reset_index(drop=True)
     for c in ("chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods"):
         groups[c] = groups[c].astype(int)
@@ -687,8 +681,14 @@ def _gcloud(p: dict[str, Any]) -> str:
     return " ".join(cmd)
 
 
+#: libyaml's safe dumper when PyYAML was built with it (same output, much faster), else the pure one.
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
 def _yaml(docs: list[dict[str, Any]], header: str) -> str:
-    body = yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, width=4096, explicit_start=True)
+    body = yaml.dump_all(
+        docs, Dumper=_DUMPER, sort_keys=False, default_flow_style=False, width=4096, explicit_start=True
+    )
     return "".join(f"# {line}\n" for line in header.splitlines()) + (body if docs else "")
 
 
