@@ -412,3 +412,50 @@ def test_missing_plan_and_foreign_out_dir_are_refused(tmp_path, capsys):
     assert main(["export", str(p), "--out", str(foreign), "--model", "x/y"]) == 2
     assert "not empty" in capsys.readouterr().err
     assert [f.name for f in foreign.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.parametrize(
+    ("chip", "shape"),
+    [("tpu-v5e", "1x1"), ("tpu-v5e", "2x2"), ("tpu-v5e", "2x4"), ("tpu-v5e", "8x8"), ("tpu-v6e", "1x1"),
+     ("tpu-v6e", "2x2"), ("tpu-v6e", "4x4"), ("tpu-v4", "2x2x1"), ("tpu-v4", "2x2x4"), ("tpu-v5p", "2x4x4")],
+)  # fmt: skip
+def test_machine_type_and_nodes_per_slice_follow_googles_tables(chip, shape, tmp_path):
+    chips = math.prod(int(x) for x in shape.split("x"))
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps({"allocations": [row(0, chip, shape, chips, 3)]}))
+    out = export(tmp_path, p, "--model", "x/y", fmt="csv")
+    machine, hosts = expected_hosts(chip, chips)
+    pools = read_csv(out / "nodepools.csv")
+    assert {r["machine_type"] for r in pools} == {machine}
+    assert {r["gke_accelerator"] for r in pools} == {ACCELERATOR[chip]}
+    assert sum(int(r["nodes"]) for r in pools) == 3 * hosts
+    assert len(pools) == (3 if hosts > 1 else 1)
+    (w,) = read_csv(out / "workloads.csv")
+    assert (w["api_kind"], int(w["pods_per_replica"]), int(w["chips_per_pod"])) == (
+        "Deployment" if hosts == 1 else "LeaderWorkerSet", hosts, chips // hosts)  # fmt: skip
+
+
+def test_pooled_group_is_one_workload_and_phases_are_separate_workloads(tmp_path):
+    """Pooled: two classes share one vPod group, whose n_vpods repeats on both rows (counted once).
+    Disaggregated: prefill and decode vPods of one class are two workloads."""
+    shared = [row(0, "tpu-v6e", "2x4", 8, 2, "a"), row(0, "tpu-v6e", "2x4", 8, 2, "b")]
+    split = [{**row(0, "tpu-v5e", "2x2", 4, 1, "c"), "phase": "prefill"},
+             {**row(0, "tpu-v5e", "2x2", 4, 3, "c"), "phase": "decode"}]  # fmt: skip
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps({"variant": "pooled", "allocations": shared + split}))
+    out = export(tmp_path, p, "--model", "x/y")
+    docs = load_yaml(out / "epoch-000" / "workloads.yaml")
+    v6e = [d for d in docs if d["metadata"]["labels"]["neuscale.io/generation"] == "tpu-v6e"]
+    assert len(v6e) == 1 and v6e[0]["spec"]["replicas"] == 2
+    assert v6e[0]["metadata"]["annotations"]["neuscale.io/buckets"] == "a+b"
+    phases = {d["metadata"]["labels"]["neuscale.io/phase"]: d["spec"]["replicas"] for d in docs if d not in v6e}
+    assert phases == {"prefill": 1, "decode": 3}
+    pools = {x["name"]: x["initialNodeCount"] for x in load_yaml(out / "epoch-000" / "nodepools.yaml")}
+    assert pools == {"tpu-v6e-2x4": 2, "tpu-v5e-2x2": 4}
+    assert any("disaggregated" in n for n in json.loads((out / "neuscale-export.json").read_text())["notes"])
+
+
+def test_rows_of_one_group_that_disagree_are_refused(tmp_path, capsys):
+    a, b = row(0, "tpu-v6e", "2x4", 8, 2, "a"), row(0, "tpu-v6e", "2x4", 8, 3, "b")
+    err = bad(tmp_path, capsys, {"variant": "pooled", "allocations": [a, b]})
+    assert "disagree" in err and "epoch 0" in err
