@@ -15,7 +15,8 @@ plans, horizon schedules with many epochs, TPU and GPU generations) and writes, 
   vPod otherwise; ``replicas`` = the group's ``n_vpods``; a vLLM container with
   ``--tensor-parallel-size`` = ``tp`` (``--pipeline-parallel-size`` when ``pp`` > 1,
   ``--enable-expert-parallel`` when ``ep`` > 1, ``--max-num-seqs`` = the planned batch) requesting
-  ``google.com/tpu`` (or ``nvidia.com/gpu``) = the chips of its node.
+  ``google.com/tpu`` = the chips of its TPU VM (a pod holds its whole node), or ``nvidia.com/gpu`` =
+  the vPod's GPUs (at most one node's 8 per pod).
 * **scale actions** between consecutive epochs: pools and workloads to create, resize, scale or
   delete (a shape change is a new pool), in a make-before-break order.
 
@@ -299,6 +300,8 @@ def read_plan(path: str | Path) -> dict[str, Any]:
         raise InputError("is a directory, not a plan JSON", where=where) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"malformed JSON: {exc}", where=where) from None
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror})", where=where) from None
     return data
 
 
@@ -313,18 +316,24 @@ def plan_groups(plan: dict[str, Any], where: str = "plan") -> tuple[pd.DataFrame
 
     if not isinstance(plan, dict) or not isinstance(plan.get("allocations"), list):
         raise InputError("not a plan: no 'allocations' list", where=where)
+    if plan.get("status") == "infeasible":
+        raise InputError(
+            f"the plan is infeasible, nothing to deploy ({plan.get('diagnosis') or 'no diagnosis'})", where=where
+        )
     for i, r in enumerate(plan["allocations"]):
         if not isinstance(r, dict):
             raise InputError(f"allocations[{i}]: not an object", where=where)
         for k in ("n_vpods", "chips_per_vpod", "tp", "pp", "ep", "batch"):
             v = r.get(k)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v):
                 if k in r:
                     raise InputError(f"allocations[{i}].{k}: {v!r} is not a whole number", where=where)
             elif (k == "n_vpods" and v < 0) or (k != "n_vpods" and v < 1):
                 raise InputError(f"allocations[{i}].{k}: {v!r} is out of range", where=where)
         if isinstance(r.get("epoch"), int) and r["epoch"] < 0:
             raise InputError(f"allocations[{i}].epoch: {r['epoch']} is negative", where=where)
+        if "shape" in r and not re.fullmatch(r"[1-9][0-9]*(x[1-9][0-9]*){0,2}", str(r["shape"])):
+            raise InputError(f"allocations[{i}].shape: {r['shape']!r} is not a shape N, AxB or AxBxC", where=where)
         if (
             all(isinstance(r.get(k), int) for k in ("tp", "pp", "chips_per_vpod"))
             and r["tp"] * r["pp"] != (r["chips_per_vpod"])
@@ -473,6 +482,11 @@ def build_export(plan: dict[str, Any], options: ExportOptions, where: str = "pla
     actions = scale_actions(nodepools, workloads, epochs)
     used = {(s.generation, s.machine_type) for s in specs.values()}
     notes = _notes(groups, specs)
+    unserved = [u for u in plan.get("unserved") or [] if isinstance(u, dict) and (u.get("unserved_rps") or 0) > 0]
+    if unserved:
+        eps = sorted({int(u["epoch"]) for u in unserved if isinstance(u.get("epoch"), int)})
+        notes += (f"the plan leaves demand unserved in epochs {', '.join(map(str, eps))}: the export deploys only "
+                  "what the plan serves",)  # fmt: skip
     return Export(
         epochs=epochs,
         nodepools=nodepools,
@@ -762,26 +776,43 @@ def render(export: Export, options: ExportOptions, fmt: str, plan_name: str) -> 
 
 
 # --------------------------------------------------------------------------------------- writing
+def _check_earlier_export(out: Path, where: str) -> None:
+    """``out`` holds an earlier export and nothing else (so replacing it deletes no other file)."""
+    try:
+        listed = set(json.loads((out / MANIFEST).read_text(encoding="utf-8"))["files"]) | {MANIFEST}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(f"directory is not empty and holds no earlier export ({MANIFEST})", where=where) from None
+    extra = sorted(
+        str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and str(p.relative_to(out)) not in listed
+    )
+    if extra:
+        raise InputError(f"holds files that are not part of the earlier export (e.g. {extra[0]})", where=where)
+
+
 def write_export(out_dir: str | Path, files: dict[str, bytes]) -> Path:
     """Write ``files`` as the directory ``out_dir``, all or nothing.
 
     The files go into a temporary directory next to ``out_dir``, which is then renamed into place. An
-    existing ``out_dir`` is replaced only when it is empty or an earlier export (it holds
-    ``neuscale-export.json``); anything else is refused (exit 2), so no user file is ever deleted.
+    existing ``out_dir`` is replaced only when it is empty or holds an earlier export and nothing else
+    (the files its ``neuscale-export.json`` lists); anything else is refused (exit 2), so no other
+    file is ever deleted.
     """
     out = Path(out_dir)
     where = f"--out {out}"
     parent = out.parent if str(out.parent) else Path(".")
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a directory", where=where)
-    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
-        raise InputError(f"directory is not empty and holds no earlier export ({MANIFEST})", where=where)
+    if out.is_dir() and any(out.iterdir()):
+        _check_earlier_export(out, where)
     if not parent.is_dir():
         raise InputError("parent directory does not exist", where=where)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
     except OSError as exc:
         raise InputError(f"cannot write here ({exc.strerror})", where=where) from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would otherwise become DIR's mode
     old: Path | None = None
     try:
         for name, data in files.items():

@@ -193,6 +193,19 @@ def test_default_plan_yaml_matches_the_plan_rows(default_plan, tmp_path):
     assert kinds_seen == {"Deployment", "LeaderWorkerSet"}  # v6e 2x4 single-host, v5p 2x2x2 on two hosts
 
 
+def test_default_schedule_scale_actions_agree_with_the_planners_vpod_changes(default_plan, tmp_path):
+    """The horizon planner reports the vPods it creates and deletes per epoch; the workload actions
+    of the export add up to the same numbers."""
+    plan_json = json.loads(default_plan.read_text())
+    out = export(tmp_path, default_plan, fmt="csv")
+    actions = [r for r in read_csv(out / "scale_actions.csv") if r["object"] == "workload"]
+    assert any(e["created_vpods"] for e in plan_json["epochs"])
+    for e in plan_json["epochs"][1:]:
+        mine = [(int(r["before"]), int(r["after"])) for r in actions if int(r["to_epoch"]) == e["epoch"]]
+        assert sum(max(b - a, 0) for a, b in mine) == e["created_vpods"]
+        assert sum(max(a - b, 0) for a, b in mine) == e["deleted_vpods"]
+
+
 def test_csv_carries_the_same_counts_as_the_yaml(default_plan, tmp_path):
     gke = export(tmp_path, default_plan, name="gke")
     tab = export(tmp_path, default_plan, fmt="csv", name="csv")
@@ -385,10 +398,15 @@ def test_bad_plans_are_one_line_errors_and_write_nothing(tmp_path, capsys):
     good = row(0, "tpu-v6e", "2x4", 8, 1)
     assert "malformed JSON" in bad(tmp_path, capsys, None, raw="{not json")
     assert "no 'allocations' list" in bad(tmp_path, capsys, {"rows": []})
+    assert "infeasible, nothing to deploy (v6e short)" in bad(
+        tmp_path, capsys, {"status": "infeasible", "diagnosis": "v6e short", "allocations": []})  # fmt: skip
     assert "allocations[1]: missing n_vpods" in bad(
         tmp_path, capsys, {"allocations": [good, {k: v for k, v in good.items() if k != "n_vpods"}]})  # fmt: skip
     assert "allocations[0].n_vpods" in bad(tmp_path, capsys, {"allocations": [{**good, "n_vpods": -1}]})
     assert "allocations[0].tp" in bad(tmp_path, capsys, {"allocations": [{**good, "tp": 2.5}]})
+    assert "allocations[0].batch" in bad(tmp_path, capsys, None, raw=json.dumps({"allocations": [good]}).replace(
+        '"batch": 64', '"batch": NaN'))  # fmt: skip
+    assert "allocations[0].shape" in bad(tmp_path, capsys, {"allocations": [{**good, "shape": "2xa"}]})
     assert "tp 4 x pp 1 != chips_per_vpod 8" in bad(tmp_path, capsys, {"allocations": [{**good, "tp": 4}]})
     assert "does not hold chips_per_vpod" in bad(
         tmp_path, capsys, {"allocations": [{**good, "shape": "4x4", "tp": 8}]})  # fmt: skip
@@ -412,6 +430,13 @@ def test_missing_plan_and_foreign_out_dir_are_refused(tmp_path, capsys):
     assert main(["export", str(p), "--out", str(foreign), "--model", "x/y"]) == 2
     assert "not empty" in capsys.readouterr().err
     assert [f.name for f in foreign.iterdir()] == ["notes.txt"]
+    earlier = tmp_path / "deploy"
+    assert main(["export", str(p), "--out", str(earlier), "--model", "x/y"]) == 0
+    (earlier / "epoch-000" / "mine.yaml").write_text("kind: ConfigMap\n")
+    capsys.readouterr()
+    assert main(["export", str(p), "--out", str(earlier), "--model", "x/y"]) == 2
+    assert "not part of the earlier export (e.g. epoch-000/mine.yaml)" in capsys.readouterr().err
+    assert (earlier / "epoch-000" / "mine.yaml").exists()
 
 
 @pytest.mark.parametrize(
@@ -442,7 +467,8 @@ def test_pooled_group_is_one_workload_and_phases_are_separate_workloads(tmp_path
     split = [{**row(0, "tpu-v5e", "2x2", 4, 1, "c"), "phase": "prefill"},
              {**row(0, "tpu-v5e", "2x2", 4, 3, "c"), "phase": "decode"}]  # fmt: skip
     p = tmp_path / "p.json"
-    p.write_text(json.dumps({"variant": "pooled", "allocations": shared + split}))
+    unserved = [{"epoch": 0, "bucket": "c", "unserved_rps": 1.5}]
+    p.write_text(json.dumps({"variant": "pooled", "allocations": shared + split, "unserved": unserved}))
     out = export(tmp_path, p, "--model", "x/y")
     docs = load_yaml(out / "epoch-000" / "workloads.yaml")
     v6e = [d for d in docs if d["metadata"]["labels"]["neuscale.io/generation"] == "tpu-v6e"]
@@ -452,7 +478,8 @@ def test_pooled_group_is_one_workload_and_phases_are_separate_workloads(tmp_path
     assert phases == {"prefill": 1, "decode": 3}
     pools = {x["name"]: x["initialNodeCount"] for x in load_yaml(out / "epoch-000" / "nodepools.yaml")}
     assert pools == {"tpu-v6e-2x4": 2, "tpu-v5e-2x2": 4}
-    assert any("disaggregated" in n for n in json.loads((out / "neuscale-export.json").read_text())["notes"])
+    notes = json.loads((out / "neuscale-export.json").read_text())["notes"]
+    assert any("disaggregated" in n for n in notes) and any("unserved in epochs 0" in n for n in notes)
 
 
 def test_rows_of_one_group_that_disagree_are_refused(tmp_path, capsys):
