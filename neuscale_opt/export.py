@@ -738,16 +738,11 @@ def render(export: Export, options: ExportOptions, fmt: str, plan_name: str) -> 
                 f"epoch {e}: one workload per vPod group, planned from {plan_name}",
             )
         steps = []
-        for (a, b), g in export.actions.groupby(["from_epoch", "to_epoch"], sort=True):
-            steps.append(
-                {
-                    "from_epoch": None if a < 0 else int(a),
-                    "to_epoch": int(b),
-                    "actions": [
-                        {k: r[k] for k in ("step", "action", "object", "name", "before", "after")} for r in _records(g)
-                    ],
-                }
-            )
+        acts = export.actions
+        for a, b in zip((None, *export.epochs[:-1]), export.epochs, strict=True):  # every transition, even a quiet one
+            g = acts[acts["to_epoch"] == b]
+            keep = ("step", "action", "object", "name", "before", "after")
+            steps.append({"from_epoch": a, "to_epoch": b, "actions": [{k: r[k] for k in keep} for r in _records(g)]})
         files["scale-actions.yaml"] = _yaml(
             [{"transitions": steps}],
             "scale actions between consecutive epochs (pools in nodes, workloads in replicas);\n"

@@ -304,6 +304,11 @@ def test_gpu_vpods_beyond_a_node_are_leader_worker_sets(tmp_path):
         assert vllm_flag(args, "--pipeline-parallel-size") == v["pp"]
         pool = load_yaml(out / f"epoch-{e:03d}" / "nodepools.yaml")
         assert [x["initialNodeCount"] for x in pool] == [v["n_vpods"] * hosts]
+    # one vPod in both epochs: the second transition is listed, with nothing to do
+    n = [v["n_vpods"] for _, v in sorted(groups.items())]
+    transitions = load_yaml(out / "scale-actions.yaml")[0]["transitions"]
+    assert [(t["from_epoch"], t["to_epoch"]) for t in transitions] == [(None, 0), (0, 1)]
+    assert (transitions[1]["actions"] == []) == (n[0] == n[1])
 
 
 # --------------------------------------------------------------------------------- scale actions
