@@ -22,7 +22,8 @@ def register(sub) -> None:
     p = sub.add_parser(
         "export",
         help="write a plan as GKE node pools, Kubernetes workloads and scale actions (YAML or CSV)",
-        description=__doc__.split("\n\n")[0],
+        description="Write a plan JSON as GKE node pools, Kubernetes workloads (Deployment or LeaderWorkerSet "
+        "running vLLM) and the scale actions between its epochs, as YAML (gke) or tidy CSV (csv).",
     )
     p.add_argument("plan", help="plan JSON written by `neuscale-opt plan --json`")
     p.add_argument("--format", choices=FORMATS, default="gke", help="gke: YAML per epoch (default); csv: tidy tables")
@@ -36,7 +37,13 @@ def register(sub) -> None:
     )
     p.add_argument("--model", default=None, help="catalog model or Hugging Face id for vLLM --model")
     p.add_argument("--instance", default=None, help="instance TOML whose model is served (default: embedded)")
-    p.add_argument("--max-model-len", type=int, default=None, metavar="N", help="vLLM --max-model-len")
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        metavar="N",
+        help="vLLM --max-model-len (default: the catalog model's context length)",
+    )
     p.add_argument("--image-tpu", default=DEFAULT_IMAGE_TPU, help=f"vLLM image on TPUs (default {DEFAULT_IMAGE_TPU})")
     p.add_argument("--image-gpu", default=DEFAULT_IMAGE_GPU, help=f"vLLM image on GPUs (default {DEFAULT_IMAGE_GPU})")
     p.set_defaults(func=cmd_export)
