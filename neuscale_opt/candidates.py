@@ -140,6 +140,13 @@ def chip_context(inst: Instance, name: str) -> ChipContext:
         if entry.embodied_kgco2_per_chip is not None:
             embodied = entry.embodied_kgco2_per_chip
     es = energy_spec(chip, inst.energy.profile)
+    ov = next((o for o in inst.energy.chip_overrides if o.chip == name), None)
+    if ov is not None:  # 1 / (TFLOP/J * 1e12) = J/FLOP; 1 / (GB/J * 1e9) = J/byte
+        es = replace(
+            es,
+            j_per_flop=es.j_per_flop if ov.tflop_per_j is None else 1.0 / (ov.tflop_per_j * 1e12),
+            j_per_hbm_byte=es.j_per_hbm_byte if ov.hbm_gb_per_j is None else 1.0 / (ov.hbm_gb_per_j * 1e9),
+        )
     hw = hw_rows_for(chip, es, 0.0, 1.0, inst.search.hbm_usable_fraction, inst.search.hop_latency_s, eff)
     emb_h = embodied / (inst.energy.embodied_lifetime_years * HOURS_PER_YEAR) if not math.isnan(embodied) else math.nan
     return ChipContext(chip, hw, price, emb_h, es.profile)
@@ -258,9 +265,7 @@ def evaluate_grid(
     if "prefill" in want:
         pre = step_cost(model, hw_g, tp[k_idx], pp[k_idx], ep[k_idx], B, s_in[b_idx], 0.0, nodes=nodes[k_idx])
     if "colocated" in want:
-        pre1_small = step_cost(
-            model, take(hw_k, k1), tp[k1], pp[k1], ep[k1], 1.0, s_in[b1], 0.0, nodes=nodes[k1]
-        )
+        pre1_small = step_cost(model, take(hw_k, k1), tp[k1], pp[k1], ep[k1], 1.0, s_in[b1], 0.0, nodes=nodes[k1])
         # expand kind x bucket -> kind x bucket x batch
         g = k_idx * nb + b_idx
 
