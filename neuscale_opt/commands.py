@@ -10,6 +10,7 @@ from neuscale_opt import commands_core
 from neuscale_opt.alloc import cli as alloc_cli
 from neuscale_opt.replay import cli as replay_cli
 from neuscale_opt.report import bench as report_bench
+from neuscale_opt.sweep import cli as sweep_cli
 from neuscale_opt.traces import cli as traces_cli
 
 REGISTRARS = [
@@ -18,4 +19,5 @@ REGISTRARS = [
     alloc_cli.register,
     replay_cli.register,
     report_bench.register,
+    sweep_cli.register,
 ]
