@@ -177,3 +177,24 @@ def test_shipped_sweep_specs_are_valid():
         assert prep.scenarios[0].scenario_id == NOMINAL
         assert tomllib.loads(p.read_text())["parameter"]
     assert len(prepare(load_sweep(SWEEPS / "example.toml")).scenarios) <= 8
+
+
+def test_robust_model_components_match_the_formulation_document():
+    import pyomo.environ as pyo
+
+    from neuscale_opt.alloc.context import build_context, resolve_options
+    from neuscale_opt.alloc.context import prepare as prepare_ctx
+    from neuscale_opt.alloc.options import PlanOptions
+    from neuscale_opt.sweep.robust import build_robust_model
+
+    doc = (ROOT / "formulations" / "robust.md").read_text()
+    inst = load_instance(SMALL)
+    c = build_coefficients(inst)
+    o = resolve_options(c, PlanOptions.from_instance(inst).replace(prune_dominated=False))
+    ctx = build_context(c, o, 0, prepare_ctx(c, o))
+    m = build_robust_model([ctx, ctx], [0.5, 0.5])
+    top = {x.local_name for x in m.component_objects(descend_into=False)}
+    assert top == {"ALL_GROUPS", "n_shared", "scenario", "LINK", "link", "total_objective"}
+    for name in top:
+        assert f"`{name}`" in doc or f"**{name}**" in doc, name
+    assert isinstance(m.scenario[1].demand_coverage, pyo.Constraint)
