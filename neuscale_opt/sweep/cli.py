@@ -62,8 +62,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if prepared.spec.robust.enabled and not args.no_robust:
         robust = robust_plans(prepared, rows, workers=args.workers, scheduler=scheduler)
     md = write_sweep_report(prepared, rows, args.out, robust)
+    statuses = {str(k): int(v) for k, v in rows["status"].value_counts().sort_index().items()}
     sys.stdout.write(
         f"sweep {prepared.spec.name}: {len(stats.computed)} scenarios run, {len(stats.skipped)} already done; "
-        f"statuses {dict(rows['status'].value_counts().sort_index())}\nreport: {md}\n"
+        f"statuses {statuses}\nreport: {md}\n"
     )
     return EXIT_OK

@@ -12,17 +12,26 @@ through the first-stage decision, the vPods held per group:
 The second stage (the rates r^s_k, the unserved demand, the placements) is each scenario's own, so
 demand is re-routed over the held vPods in every scenario. Solved through the one solver door
 (:func:`neuscale_opt.alloc.solve.solve_model`). The per-scenario load bound on ``n_vpods`` (a
-valid bound for one scenario's optimum only) is lifted; the inventory rows bound N.
+valid bound for one scenario's optimum only) is lifted; the inventory rows bound N. The groups are
+those some scenario's dominance presolve keeps (:func:`_restricted`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyomo.environ as pyo
 
-from neuscale_opt.alloc.context import build_context, diagnose, prepare, resolve_options
+from neuscale_opt.alloc.context import (
+    Prepared,
+    build_context,
+    diagnose,
+    placed_pods,
+    placement_data,
+    prepare,
+    resolve_options,
+)
 from neuscale_opt.alloc.model import CONSTRAINT_BUILDERS, add_objective, add_sets, add_variables
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.alloc.solve import solve_model
@@ -76,6 +85,26 @@ def build_robust_model(ctxs: list, weights: list[float]) -> pyo.ConcreteModel:
     return m
 
 
+def _restricted(coeffs: list[Coefficients], opts: list[PlanOptions]) -> list[Prepared]:
+    """Each scenario's configurations limited to the groups undominated in at least one scenario.
+
+    Pruning dominated groups is exact for one scenario, not for all at once, so the blocks keep every
+    group some scenario's own presolve keeps (in every scenario where it is usable). Each scenario's
+    optimum (planned with the presolve) uses only such groups, so it stays a feasible point of this
+    model wherever it is feasible in all scenarios: the robust optimum is no worse than any of them.
+    """
+    keep: set[str] = set()
+    for c, o in zip(coeffs, opts, strict=True):
+        keep |= set(map(str, prepare(c, o.replace(prune_dominated=True)).configs["group"]))
+    out = []
+    for c, o in zip(coeffs, opts, strict=True):
+        full = prepare(c, o)
+        cfg = full.configs[full.configs["group"].astype(str).isin(keep)].reset_index(drop=True)
+        pods = placed_pods(c, o)
+        out.append(replace(full, configs=cfg, placement=placement_data(pods, cfg) if pods and not cfg.empty else {}))
+    return out
+
+
 def robust_milp(coeffs: list[Coefficients], options: PlanOptions, weights: list[float] | None = None) -> RobustResult:
     """Minimum expected objective over the scenarios ``coeffs`` with one allocation for all."""
     if not coeffs:
@@ -86,7 +115,7 @@ def robust_milp(coeffs: list[Coefficients], options: PlanOptions, weights: list[
     if any(c.epochs != epochs for c in coeffs):
         raise InputError("the scenarios plan different epochs", where="robust")
     opts = [resolve_options(c, options.replace(prune_dominated=False)) for c in coeffs]
-    preps = [prepare(c, o) for c, o in zip(coeffs, opts, strict=True)]
+    preps = _restricted(coeffs, opts)
     vpods: dict[int, dict[str, int]] = {}
     obj = bound = seconds = 0.0
     status = "optimal"

@@ -112,7 +112,9 @@ def test_a_rerun_into_the_folder_of_another_sweep_is_refused(spec_path, tmp_path
 
     _check_out(out, prepared)
     other = tmp_path / "other.toml"
-    other.write_text(SPEC.replace("[0.8, 1.2]", "[0.9, 1.2]"), encoding="utf-8")
+    changed = SPEC.replace("[0.8, 1.25]", "[0.9, 1.25]")
+    assert changed != SPEC
+    other.write_text(changed, encoding="utf-8")
     assert main(["sweep", str(other), "--out", str(out), "--quiet"]) == 2
 
 
