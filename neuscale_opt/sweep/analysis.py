@@ -4,7 +4,7 @@ risks, and which plan is safe.
 * :func:`tornado` - per parameter, the mean of a metric (the MILP objective, or a baseline's
   ratio to it) at the parameter's lowest and highest value. One-at-a-time designs use the scenarios
   that move that parameter alone (plus the nominal one); other designs average over the rest;
-  parameters with more than ``max_levels`` distinct values are cut into terciles.
+  sampled designs (lhs, mc) with more than ``max_levels`` distinct values are cut into terciles.
 * :func:`stability` - the chip mix per generation (peak chips held) of every scenario optimum,
   and per parameter the values at which it differs from the nominal mix.
 * regret of the nominal plan - computed in each task (``run.run_scenario``): the nominal optimum's
@@ -50,7 +50,7 @@ def tornado(rows: pd.DataFrame, prepared: Prepared, metric: str = "objective", m
         if sub.empty:
             continue
         x = sub[col].astype(float)
-        if x.nunique() > max_levels:
+        if prepared.spec.design in ("lhs", "mc") and x.nunique() > max_levels:
             key = pd.qcut(x.rank(method="first"), 3, labels=False)
             means = sub.groupby(key).agg(value=(col, "mean"), m=(metric, "mean"))
         else:
