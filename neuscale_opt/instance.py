@@ -259,6 +259,15 @@ class Epochs(_Frozen):
     horizon: int | None = Field(default=None, gt=0, le=MAX_EPOCHS)
 
 
+class ChipEnergy(_Frozen):
+    """This instance's value of the energy profile's per-chip efficiencies (e.g. one scenario of a
+    sensitivity sweep over the inferred NeuScale figures); ``None`` keeps the profile's value."""
+
+    chip: str
+    tflop_per_j: float | None = Field(default=None, gt=0)
+    hbm_gb_per_j: float | None = Field(default=None, gt=0)
+
+
 class Energy(_Frozen):
     """Energy, carbon and price settings. Defaults: PUE 1.1 and 0.5 kgCO2e/kWh (NeuSim
     ``system_config.json``); embodied carbon amortised over 6 years (the six-year functional unit of
@@ -271,11 +280,15 @@ class Energy(_Frozen):
     embodied_lifetime_years: float = Field(default=6.0, gt=0)
     price: Literal["on_demand", "commit_3y"] = "on_demand"
     dcn_pj_per_byte: float | None = Field(default=None, ge=0)
+    chip_overrides: tuple[ChipEnergy, ...] = ()
 
     @model_validator(mode="after")
     def _profile(self) -> Energy:
         if self.profile not in ENERGY_PROFILES:
             raise ValueError(f"profile {self.profile!r} unknown; known: {', '.join(ENERGY_PROFILES)}")
+        names = [o.chip for o in self.chip_overrides]
+        if len(set(names)) != len(names):
+            raise ValueError("chip_overrides lists a chip twice")
         return self
 
 
@@ -380,6 +393,9 @@ class Instance(_Frozen):
         if len(set(names)) != len(names):
             raise ValueError("fleet lists a chip generation twice")
         healthy = {f.chip: f.healthy_chips for f in self.fleet}
+        for i, o in enumerate(self.energy.chip_overrides):
+            if o.chip not in healthy:
+                raise ValueError(f"energy.chip_overrides[{i}].chip {o.chip!r} is not in the fleet ({', '.join(names)})")
         level = dict(healthy)
         for ev in sorted(self.inventory_events, key=lambda e: e.epoch):
             if ev.chip not in healthy:

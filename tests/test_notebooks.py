@@ -11,8 +11,8 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
-def test_the_three_notebooks_exist():
-    assert [p.stem for p in NOTEBOOKS] == ["01-quickstart", "02-heuristic-vs-optimal", "03-rooflines"]
+def test_the_four_notebooks_exist():
+    assert [p.stem for p in NOTEBOOKS] == ["01-quickstart", "02-heuristic-vs-optimal", "03-rooflines", "04-sensitivity"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

@@ -140,13 +140,21 @@ def _assemble(
     return Solution(**{**draft.__dict__, "objective_value": obj, "bound": bound, "gap": gap, "totals": ev.totals})
 
 
-def _milp_epoch(ctx: EpochContext) -> tuple[EpochPlan, dict[str, Any]]:
+def _milp_epoch(ctx: EpochContext, fixed: dict[str, int] | None = None) -> tuple[EpochPlan, dict[str, Any]]:
     opts = ctx.options
     if not opts.allow_unserved:
         reason = diagnose(ctx)
         if reason is not None:
             return EpochPlan({}, {}, {}, status="infeasible", diagnosis=reason), {"solve_seconds": 0.0}
     m = build_model(ctx)
+    if fixed is not None:
+        unusable = sorted(g for g, v in fixed.items() if v > 0 and g not in m.GROUPS)
+        if unusable:
+            reason = f"epoch {ctx.epoch}: the fixed vPods of group {unusable[0]!r} have no usable configuration"
+            return EpochPlan({}, {}, {}, status="infeasible", diagnosis=reason), {"solve_seconds": 0.0}
+        for g in m.GROUPS:
+            m.n_vpods[g].setub(None)
+            m.n_vpods[g].fix(int(fixed.get(g, 0)))
     res = solve_model(m, opts)
     info = {
         "objective_value": res.objective,
@@ -158,6 +166,9 @@ def _milp_epoch(ctx: EpochContext) -> tuple[EpochPlan, dict[str, Any]]:
         raise TimeLimitError(
             f"epoch {ctx.epoch}: the solver hit the time limit of {opts.time_limit_s} s without a plan"
         )
+    if res.status == "infeasible" and fixed is not None:
+        reason = f"epoch {ctx.epoch}: the fixed vPods cannot carry the demand (or cannot be placed)"
+        return EpochPlan({}, {}, {}, status="infeasible", diagnosis=reason), info
     if res.status == "infeasible":
         reason = _placement_diagnosis(ctx) if ctx.placement else None
         return EpochPlan({}, {}, {}, status="infeasible", diagnosis=reason or _joint_diagnosis(ctx)), info
@@ -232,15 +243,21 @@ def solve_milp(
     options: PlanOptions | None = None,
     method: str = "milp",
     progress: Callable[[int], Any] | None = None,
+    fixed_vpods: dict[int, dict[str, int]] | None = None,
 ) -> Solution:
-    """The epoch allocation MILP, one independent solve per epoch (``progress(1)`` after each)."""
+    """The epoch allocation MILP, one independent solve per epoch (``progress(1)`` after each).
+
+    ``fixed_vpods`` ({epoch: {group: vPods}}) holds the vPods of every group at the given counts
+    (absent groups at 0) and only routes the demand over them: how a plan made for one scenario
+    fares under another scenario's coefficients (a group the coefficients cannot use makes the
+    epoch infeasible). Give it with ``prune_dominated=False`` so that no held group is pruned."""
     _check(coeffs)
     opts = resolve_options(coeffs, options or PlanOptions())
     per_epoch = []
     prep = prepare(coeffs, opts)
     for e in coeffs.epochs:
         ctx = build_context(coeffs, opts.start_budget("per-window"), e, prep)
-        ep, info = _milp_epoch(ctx)
+        ep, info = _milp_epoch(ctx, None if fixed_vpods is None else dict(fixed_vpods.get(e, {})))
         per_epoch.append((ctx, ep, info))
         if progress is not None:
             progress(1)

@@ -25,7 +25,7 @@ from neuscale_opt.errors import EXIT_BAD_INPUT, NeuscaleError
 PROG = "neuscale-opt"
 
 #: The command modules, in the order their commands are listed by ``--help``.
-MODULES: tuple[str, ...] = ("core", "traces", "plan", "replay", "bench", "export")
+MODULES: tuple[str, ...] = ("core", "traces", "plan", "replay", "bench", "export", "sweep")
 
 
 class Command:
