@@ -270,7 +270,7 @@ class Planning(_Frozen):
     tori (``pattern``: packing patterns per distinct pod state; ``exact``: one binary per possible
     slice position, small fleets only; ``none``: count chips only)."""
 
-    variant: Literal["dedicated", "pooled"] = "dedicated"
+    variant: Literal["dedicated", "pooled"] = "pooled"
     placement: Literal["pattern", "exact", "none"] = "pattern"
     serving: Literal["colocated", "disaggregated"] = "colocated"
     allow_unserved: bool = False

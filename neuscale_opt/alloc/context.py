@@ -30,9 +30,10 @@ SERVING_PHASES: dict[str, tuple[str, ...]] = {
     "disaggregated": ("prefill", "decode"),
 }
 
-#: The variant registry: which configuration column names the vPod group g(k) that serves k.
+#: The variant registry: how the vPod group g(k) that serves k is formed.
 #: ``dedicated`` - every (vPod type, class) pair has its own group (NeuScale's vPod groups);
-#: ``pooled`` - all classes served by one vPod type share its vPods (Mélange).
+#: ``pooled`` - the classes of one vPod type share its vPods in fractional loads (Mélange), split
+#: into clusters that can share without breaking each other's SLO (:func:`shared_groups`).
 GROUPING: dict[str, str] = {
     "dedicated": "config_id",
     "pooled": "vpod_type",
@@ -179,6 +180,96 @@ def resolve_options(coeffs: Coefficients, options: PlanOptions) -> PlanOptions:
 
 
 @dataclass(frozen=True)
+class _Shared:
+    """One configuration row as the shared-vPod check reads it (plain floats: the check runs per
+    cluster candidate, thousands of times on a large design space)."""
+
+    bucket: str
+    input_tokens: float
+    output_tokens: float
+    ttft_s: float
+    tpot_s: float
+    ttft_slo_s: float
+    tpot_slo_s: float
+    e2e_slo_s: float
+
+
+def shared_slo_ok(rows: list[_Shared], phase: str, rtol: float = 1e-9) -> bool:
+    """Can these classes (configurations of one vPod type) share its vPods within every class's
+    SLO? (``formulations/allocation.md``, "Shared vPods", rule SH1-SH3.)
+
+    SH1: with L the class of the longest prompt, every other class's first token may wait for one
+    prefill of L in progress (colocated and prefill vPods). SH2: every class's tokens come at the
+    shared decode step, at worst the slowest class's TPOT (colocated and decode vPods; it covers
+    L's longer contexts). SH3: end-to-end = shared TTFT + output tokens x shared TPOT. KV memory
+    needs no check: a batch of L's contexts is the largest and L's configuration fits (R11). One
+    row is the dedicated check.
+    """
+    if len(rows) <= 1:
+        return True
+    longest = max(range(len(rows)), key=lambda i: (rows[i].input_tokens, rows[i].bucket))
+    stall = rows[longest].ttft_s if phase != "decode" else 0.0
+    tpot = max(r.tpot_s for r in rows) if phase != "prefill" else 0.0
+
+    def late(value: float, target: float) -> bool:
+        return not math.isnan(target) and value > target * (1 + rtol)
+
+    for i, r in enumerate(rows):
+        ttft = r.ttft_s + (0.0 if i == longest else stall)
+        if phase != "decode" and late(ttft, r.ttft_slo_s):
+            return False
+        if phase != "prefill" and late(tpot, r.tpot_slo_s):
+            return False
+        if phase == "colocated" and late(ttft + r.output_tokens * tpot, r.e2e_slo_s):
+            return False
+    return True
+
+
+def shared_groups(cfg: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
+    """The pooled variant's group g(k) of each configuration row: per vPod type, its classes in
+    order of prompt length (then name) are cut into consecutive clusters, each grown while
+    :func:`shared_slo_ok` holds and closed at the first class that would break it. The first
+    cluster's group is the vPod type, the next ones ``<vpod type>/<first class>``. Every class of a
+    type is in exactly one cluster, so a dedicated plan is a pooled plan (pooled is never worse)."""
+    if cfg.empty:
+        return pd.Series([], index=cfg.index, dtype=object)
+    slo = buckets.set_index("bucket")
+    b = cfg["bucket"].astype(str)
+
+    def col(frame_col: pd.Series) -> list[float]:
+        return frame_col.astype(float).fillna(0.0).tolist()
+
+    def slo_col(name: str) -> list[float]:
+        return b.map(slo[name]).astype(float).tolist() if name in slo else [math.nan] * len(b)
+
+    ttft = np.asarray(col(cfg["ttft_s"])) + np.asarray(col(cfg.get("kv_transfer_s", pd.Series(0.0, index=cfg.index))))
+    rows = [
+        _Shared(*vals)
+        for vals in zip(
+            b.tolist(), slo_col("input_tokens"), slo_col("output_tokens"), ttft.tolist(), col(cfg["tpot_s"]),
+            slo_col("ttft_slo_s"), slo_col("tpot_slo_s"), slo_col("e2e_slo_s"), strict=True,
+        )
+    ]  # fmt: skip
+    vtype = cfg["vpod_type"].astype(str).tolist()
+    phase = cfg["phase"].astype(str).tolist()
+    by_type: dict[str, list[int]] = {}
+    for i, v in enumerate(vtype):
+        by_type.setdefault(v, []).append(i)
+    out = [""] * len(rows)
+    for vt, idx in by_type.items():
+        idx.sort(key=lambda i: (rows[i].input_tokens, rows[i].bucket))
+        start = 0
+        for j in range(1, len(idx) + 1):
+            if j < len(idx) and shared_slo_ok([rows[i] for i in idx[start : j + 1]], phase[idx[0]]):
+                continue
+            name = vt if start == 0 else f"{vt}/{rows[idx[start]].bucket}"
+            for i in idx[start:j]:
+                out[i] = name
+            start = j
+    return pd.Series(out, index=cfg.index, dtype=object)
+
+
+@dataclass(frozen=True)
 class Prepared:
     """Epoch-independent data: usable configurations with their objective coefficients and group
     keys, dominated groups pruned, and the resolved unserved penalty."""
@@ -235,7 +326,10 @@ def prepare(coeffs: Coefficients, options: PlanOptions) -> Prepared:
     a, h = objective_coefficients(cfg, coeffs, options.objective, epoch_s)
     cfg["var_obj_per_req"] = a
     cfg["held_obj_per_vpod"] = h
-    cfg["group"] = cfg[GROUPING[options.variant]]
+    if options.variant == "pooled":
+        cfg["group"] = shared_groups(cfg, coeffs.buckets)
+    else:
+        cfg["group"] = cfg[GROUPING[options.variant]]
     penalty = float(resolve_options(coeffs, options).unserved_penalty or 1.0)
     if options.prune_dominated:
         cfg = prune_dominated(cfg)

@@ -41,8 +41,9 @@ class PlanOptions:
     objective:
         ``energy`` (J), ``cost`` (USD) or ``carbon`` (kgCO2e), totalled over each epoch.
     variant:
-        ``dedicated`` - a vPod group serves one request class (NeuScale);
-        ``pooled`` - a vPod type's capacity is shared by classes in fractional loads (Mélange).
+        ``pooled`` (the default) - a vPod type's capacity is shared by the classes that can share
+        it within their SLOs, in fractional loads (coalescing; ``alloc.context.shared_groups``);
+        ``dedicated`` - a vPod group serves one request class (NeuScale's vPod groups).
     serving:
         ``colocated`` - prefill and decode on the same vPod; ``disaggregated`` - separate prefill
         and decode vPods, the KV cache crossing the data-centre network.
@@ -71,7 +72,7 @@ class PlanOptions:
     """
 
     objective: Objective = "energy"
-    variant: Variant = "dedicated"
+    variant: Variant = "pooled"
     serving: Serving = "colocated"
     allow_unserved: bool = False
     unserved_penalty: float | None = None
