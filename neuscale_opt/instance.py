@@ -195,6 +195,9 @@ class Slo(_Frozen):
     ttft_s: float | None = Field(default=None, gt=0)
     tpot_s: float | None = Field(default=None, gt=0)
     e2e_s: float | None = Field(default=None, gt=0)
+    #: share of requests to keep within their TTFT target; sizes each configuration's safe load
+    #: (``neuscale_opt.alloc.attainment``) unless ``planning.util_cap`` overrides it
+    attainment: float = Field(default=0.99, gt=0, lt=1)
 
     @model_validator(mode="after")
     def _check(self) -> Slo:
@@ -275,7 +278,7 @@ class Planning(_Frozen):
     serving: Literal["colocated", "disaggregated"] = "colocated"
     allow_unserved: bool = False
     unserved_penalty: float | None = Field(default=None, gt=0)
-    util_cap: float = Field(default=0.9, gt=0, le=1)
+    util_cap: float | None = Field(default=None, gt=0, le=1)
 
 
 class Solver(_Frozen):

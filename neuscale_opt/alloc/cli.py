@@ -36,7 +36,7 @@ from neuscale_opt.alloc.solution import Solution
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import EXIT_INFEASIBLE, EXIT_OK, InputError
 from neuscale_opt.horizon import HORIZON_METHODS, plan_horizon, uses_horizon
-from neuscale_opt.io import emit
+from neuscale_opt.io import emit, to_json
 
 FORECASTS = ("last-peak", "ewma", "seasonal-naive", "quantile", "oracle")
 
@@ -92,6 +92,7 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="write the report (Markdown, HTML, JSON, CSV) to DIR")
     p.add_argument("--no-baselines", action="store_true", help="with --out: do not run the baselines")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_objective_flags(p)
     p.set_defaults(func=cmd_plan)
 
     e = sub.add_parser(
@@ -128,6 +129,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         time_limit_s=args.time_limit,
         placement=args.placement,
     )
+    options = with_bounds(args, options)
+    if getattr(args, "pareto", False):
+        return cmd_pareto(args, coeffs, options)
     from neuscale_opt.report.progress import progress_bar
 
     n_epochs = len(coeffs.epochs)
@@ -141,6 +145,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         or args.window is not None
         or args.forecast is not None
     )
+    if horizon and options.bounds:
+        raise InputError("bounds apply to independent epochs (the epoch MILP), not to a horizon plan", where="--bound")
     if not horizon and args.method not in METHODS:
         raise InputError(f"method {args.method} needs an instance with a trace and epochs", where="--method")
     with progress_bar(total=n_epochs, desc=f"plan {args.method}", quiet=args.quiet) as bar:
@@ -167,6 +173,43 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if sol.status == "infeasible":
         print(f"neuscale-opt: infeasible: {sol.diagnosis}", file=sys.stderr)
         return EXIT_INFEASIBLE
+    return EXIT_OK
+
+
+# -- both objectives: epsilon constraint and front (neuscale_opt.alloc.pareto) -------------------
+
+
+def add_objective_flags(p: argparse.ArgumentParser) -> None:
+    """``--bound METRIC<=X`` (repeatable) and ``--pareto`` [``--pareto-points N``, ``--pareto-epoch E``]."""
+    p.add_argument(
+        "--bound",
+        action="append",
+        default=None,
+        metavar="METRIC<=X",
+        help="bound another objective per epoch while minimising --objective, e.g. cost<=12.5 (USD), energy<=3e7 (J)",
+    )
+    p.add_argument("--pareto", action="store_true", help="write the energy-cost front of one epoch instead of a plan")
+    p.add_argument("--pareto-points", type=int, default=7, metavar="N", help="points of the front (default 7)")
+    p.add_argument("--pareto-epoch", type=int, default=None, metavar="E", help="epoch of the front (default: peak)")
+
+
+def with_bounds(args: argparse.Namespace, options: PlanOptions) -> PlanOptions:
+    """``options`` with the ``--bound`` flags as epsilon constraints."""
+    from neuscale_opt.alloc.options import parse_bound
+
+    bounds = tuple(parse_bound(b) for b in (getattr(args, "bound", None) or []))
+    return options.replace(bounds=bounds) if bounds else options
+
+
+def cmd_pareto(args: argparse.Namespace, coeffs: Coefficients, options: PlanOptions) -> int:
+    """``plan --pareto``: the front as JSON (``--json``) or a table on stdout."""
+    from neuscale_opt.alloc.pareto import pareto_front
+
+    front = pareto_front(coeffs, options.replace(bounds=()), epoch=args.pareto_epoch, points=args.pareto_points)
+    if args.json is not None:
+        emit(to_json({"pareto": front.to_dict("records"), "units": front.attrs.get("unit", {})}), args.json)
+    if args.json != "-":
+        sys.stdout.write(front.to_string(index=False) + "\n")
     return EXIT_OK
 
 

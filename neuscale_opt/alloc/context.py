@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from neuscale_opt.alloc.attainment import row_shares
 from neuscale_opt.alloc.options import DEFAULT_PENALTY_FACTOR, PlanOptions
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
 from neuscale_opt.errors import InputError
@@ -105,7 +106,6 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
     prefill row must also meet the TTFT target once the KV transfer is added (see the formulation,
     "KV transfer"), and every row's rate is capped by its vPod's DCN bandwidth.
     """
-    u = float(options.util_cap if options.util_cap is not None else coeffs.util_cap)
     cfg = coeffs.configs
     cfg = cfg[cfg["phase"].isin(phases_for(options.serving))]
     cfg = cfg[meets_slo(cfg, coeffs.buckets)].copy()
@@ -130,12 +130,14 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
         ttft = cfg["ttft_s"].astype(float).fillna(0.0)
         late = pre & target.notna() & (ttft + xfer_s > target * (1 + 1e-9))
         cfg["kv_transfer_s"] = np.where(pre, xfer_s, 0.0)
-        cfg["cap_rps"] = u * mu
+        cfg["util"] = row_shares(cfg, coeffs, options)
+        cfg["cap_rps"] = cfg["util"] * mu
         cfg = cfg[~late]
     else:
         cfg["dcn_j_per_req"] = 0.0
         cfg["kv_transfer_s"] = 0.0
-        cfg["cap_rps"] = u * mu
+        cfg["util"] = row_shares(cfg, coeffs, options)
+        cfg["cap_rps"] = cfg["util"] * mu
     cfg = cfg[cfg["cap_rps"] > 0]
     return cfg.sort_values("config_id", kind="mergesort").reset_index(drop=True)
 
@@ -326,13 +328,17 @@ def prepare(coeffs: Coefficients, options: PlanOptions) -> Prepared:
     a, h = objective_coefficients(cfg, coeffs, options.objective, epoch_s)
     cfg["var_obj_per_req"] = a
     cfg["held_obj_per_vpod"] = h
+    for metric, _limit in options.bounds:
+        cfg[f"bound_{metric}_per_req"], cfg[f"bound_{metric}_held"] = objective_coefficients(
+            cfg, coeffs, metric, epoch_s
+        )
     if options.variant == "pooled":
         cfg["group"] = shared_groups(cfg, coeffs.buckets)
     else:
         cfg["group"] = cfg[GROUPING[options.variant]]
     penalty = float(resolve_options(coeffs, options).unserved_penalty or 1.0)
     if options.prune_dominated:
-        cfg = prune_dominated(cfg)
+        cfg = prune_dominated(cfg, extra=[(f"bound_{m}_per_req", f"bound_{m}_held") for m, _ in options.bounds])
     groups = placed_pods(coeffs, options)
     cfg["placed_shape"] = _placed_shapes(cfg, {g.state.chip for g in groups})
     data = placement_data(groups, cfg) if groups and not cfg.empty else {}
@@ -356,7 +362,7 @@ def build_context(
         epoch=int(epoch),
         options=options,
         epoch_s=float(coeffs.epoch_s),
-        util_cap=float(options.util_cap if options.util_cap is not None else coeffs.util_cap),
+        util_cap=_scalar_cap(options, coeffs),
         pue=float(coeffs.pue),
         carbon_kg_per_kwh=float(coeffs.carbon_kg_per_kwh),
         penalty_per_req=prepared.penalty_per_req,
@@ -369,7 +375,15 @@ def build_context(
     )
 
 
-def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12) -> pd.DataFrame:
+def _scalar_cap(options: PlanOptions, coeffs: Coefficients) -> float:
+    """The one utilisation cap of the run, NaN when each configuration has its safe load."""
+    cap = options.util_cap if options.util_cap is not None else coeffs.util_cap
+    return float(cap) if cap is not None else math.nan
+
+
+def prune_dominated(
+    cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[str, str]] | None = None
+) -> pd.DataFrame:
     """Drop the groups another group of the same generation dominates (an exact presolve).
 
     Group g is dominated by g' (same chip, same phase) when, for m = the least integer with
@@ -377,7 +391,8 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12) -> pd.DataFrame:
     m chips_g' <= chips_g, m h_g' <= h_g and a_{g',b} <= a_{g,b}. Replacing each vPod of g by m vPods
     of g' then keeps every plan feasible (capacity, chips) and no dearer, so some optimal plan
     avoids g. Exact ties keep the smallest group key. Applies to both variants (a dedicated group
-    serves one class).
+    serves one class). ``extra`` (per-request, per-vPod) column pairs of bounded metrics (epsilon
+    constraints): g' must be no worse on those too, m h'_g' <= h'_g and a'_{g',b} <= a'_{g,b}.
     """
     if cfg.empty:
         return cfg
@@ -416,6 +431,14 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12) -> pd.DataFrame:
                 | np.any(serves[:, None, :] & (a_inf[None, :, :] < a_inf[:, None, :] - rtol), axis=2)
                 | np.any(serves[:, None, :] & (m[:, :, None] * c0[None, :, :] > c0[:, None, :] * (1 + rtol)), axis=2)
             )
+        for col_a, col_h in extra or []:
+            xa = part.pivot(index="group", columns="bucket", values=col_a).loc[cap.index, cap.columns].to_numpy(float)
+            xh = head[col_h].to_numpy(dtype=float)
+            xa_inf = np.where(serves, xa, np.inf)
+            tol_x = rtol * np.maximum(np.abs(xh), 1.0)
+            with np.errstate(invalid="ignore"):
+                a_ok &= np.all(~serves[:, None, :] | (xa_inf[None, :, :] <= xa_inf[:, None, :] + rtol), axis=2)
+                h_ok &= m * xh[None, :] <= xh[:, None] + tol_x[:, None]
         earlier = ids[None, :] < ids[:, None]
         dom = covers & a_ok & chips_ok & h_ok & (strict | earlier)
         np.fill_diagonal(dom, False)
@@ -424,7 +447,8 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12) -> pd.DataFrame:
 
 
 def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
-    cols = ["group", *GROUP_COLUMNS, "held_obj_per_vpod", "placed_shape"]
+    bound_cols = [c for c in cfg.columns if c.startswith("bound_") and c.endswith("_held")]
+    cols = ["group", *GROUP_COLUMNS, "held_obj_per_vpod", "placed_shape", *bound_cols]
     if cfg.empty:
         return pd.DataFrame(columns=cols)
     g = cfg[cols]

@@ -8,6 +8,7 @@ from a validated ``Instance``.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
@@ -54,7 +55,16 @@ class PlanOptions:
         Penalty per unserved request in objective units (J, USD or kg). ``None`` = default: ten times
         the dearest per-request cost of any usable configuration at full (capped) load.
     util_cap:
-        Override of the coefficients' utilisation cap (queueing headroom); ``None`` keeps it.
+        Override of the utilisation cap (queueing headroom), one share for every configuration;
+        ``None`` keeps the coefficients' cap, and when that is ``None`` too each configuration gets
+        the safe load of ``attainment`` (``alloc.attainment``).
+    attainment:
+        SLO-attainment target (share of requests within their TTFT target) the safe loads are
+        derived for; read from ``slo.attainment``, default 0.99.
+    bounds:
+        Epsilon constraints: ``(metric, limit)`` pairs, each bounding another objective's total of
+        an epoch (``("cost", 12.5)``: at most 12.5 USD per epoch) while ``objective`` is minimised;
+        ``parse_bound`` reads the CLI's ``cost<=12.5``.
     slice_factor:
         ``None`` lets a class's rate be split continuously across vPod groups. An integer ``S``
         splits each class into ``S`` equal slices each served by one group (Mélange's slices).
@@ -77,6 +87,8 @@ class PlanOptions:
     allow_unserved: bool = False
     unserved_penalty: float | None = None
     util_cap: float | None = None
+    attainment: float = 0.99
+    bounds: tuple[tuple[str, float], ...] = ()
     slice_factor: int | None = None
     prune_dominated: bool = True
     placement: Placement = "pattern"
@@ -101,6 +113,15 @@ class PlanOptions:
             math.isfinite(self.unserved_penalty) and self.unserved_penalty > 0
         ):
             problems.append(f"unserved_penalty must be a positive number, got {self.unserved_penalty}")
+        if not (0 < self.attainment < 1):
+            problems.append(f"attainment must be in (0, 1), got {self.attainment}")
+        for metric, limit in self.bounds:
+            if metric not in OBJECTIVES or metric == self.objective:
+                problems.append(f"a bound must name another objective than {self.objective!r}, got {metric!r}")
+            if not (math.isfinite(limit) and limit >= 0):
+                problems.append(f"bound {metric}<= must be a finite number >= 0, got {limit}")
+        if len({m for m, _ in self.bounds}) != len(self.bounds):
+            problems.append("a metric is bounded twice")
         if self.util_cap is not None and not (0 < self.util_cap <= 1):
             problems.append(f"util_cap must be in (0, 1], got {self.util_cap}")
         if self.slice_factor is not None and (int(self.slice_factor) != self.slice_factor or self.slice_factor < 1):
@@ -155,5 +176,23 @@ class PlanOptions:
             v = getattr(solver, key, None) if solver is not None else None
             if v is not None:
                 values[field_name] = v
+        slo = getattr(instance, "slo", None)
+        if getattr(slo, "attainment", None) is not None:
+            values["attainment"] = float(slo.attainment)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+_BOUND = re.compile(r"^\s*(energy|cost|carbon)\s*<=\s*([-+0-9.eE]+)\s*$")
+
+
+def parse_bound(text: str, where: str = "--bound") -> tuple[str, float]:
+    """``"cost<=12.5"`` -> ``("cost", 12.5)`` (units of the metric: J, USD, kgCO2e per epoch)."""
+    m = _BOUND.match(text)
+    try:
+        value = float(m.group(2)) if m else math.nan
+    except ValueError:
+        value = math.nan
+    if m is None or not math.isfinite(value):
+        raise InputError(f"expected METRIC<=NUMBER with METRIC one of {list(OBJECTIVES)}, got {text!r}", where=where)
+    return m.group(1), value
