@@ -279,6 +279,8 @@ class Planning(_Frozen):
     allow_unserved: bool = False
     unserved_penalty: float | None = Field(default=None, gt=0)
     util_cap: float | None = Field(default=None, gt=0, le=1)
+    #: classes below this rate (req/s) in an epoch get no vPod group of their own (``alloc.tail``)
+    tail_rate_rps: float = Field(default=0.2, ge=0)
 
 
 class Solver(_Frozen):

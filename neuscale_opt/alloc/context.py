@@ -84,6 +84,7 @@ class EpochContext:
     inventory: dict[str, float]
     bucket_rate: dict[str, float]
     placement: Mapping[str, GenPlacementData] = field(default_factory=dict)
+    input_tokens: dict[str, float] = field(default_factory=dict)
 
     @property
     def cover(self) -> list[tuple[str, str]]:
@@ -372,6 +373,23 @@ def build_context(
         inventory=coeffs.inventory(),
         bucket_rate=bucket_rate,
         placement=prepared.placement,
+        input_tokens=dict(
+            zip(coeffs.buckets["bucket"].astype(str), coeffs.buckets["input_tokens"].astype(float), strict=True)
+        ),
+    )
+
+
+def restrict_classes(ctx: EpochContext, keep: set[str]) -> EpochContext:
+    """``ctx`` with the demand of the classes in ``keep`` only (their configurations and groups)."""
+    cfg = ctx.configs[ctx.configs["bucket"].isin(keep)].reset_index(drop=True)
+    return EpochContext(
+        **{
+            **ctx.__dict__,
+            "configs": cfg,
+            "groups": _groups(cfg, ctx.options.variant),
+            "demand": {bp: r for bp, r in ctx.demand.items() if bp[0] in keep},
+            "bucket_rate": {b: r for b, r in ctx.bucket_rate.items() if b in keep},
+        }
     )
 
 
@@ -381,9 +399,7 @@ def _scalar_cap(options: PlanOptions, coeffs: Coefficients) -> float:
     return float(cap) if cap is not None else math.nan
 
 
-def prune_dominated(
-    cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[str, str]] | None = None
-) -> pd.DataFrame:
+def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[str, str]] | None = None) -> pd.DataFrame:
     """Drop the groups another group of the same generation dominates (an exact presolve).
 
     Group g is dominated by g' (same chip, same phase) when, for m = the least integer with
@@ -465,17 +481,27 @@ def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
     return g.drop_duplicates("group").sort_values("group").reset_index(drop=True)
 
 
+def servable_table(ctx: EpochContext) -> dict[tuple[str, str], dict[str, float]]:
+    """Per (class, phase) and chip generation, the most req/s the class could get from the whole
+    inventory of that generation alone (best configuration, whole vPods only), for all classes at
+    once (one pass over the configurations)."""
+    cfg = ctx.configs
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for b, p, chip, per_vpod, cap in zip(
+        cfg["bucket"].astype(str), cfg["phase"].astype(str), cfg["chip"].astype(str),
+        cfg["chips_per_vpod"].astype(float), cfg["cap_rps"].astype(float), strict=True,
+    ):  # fmt: skip
+        inv = ctx.inventory.get(chip, 0.0)
+        rate = math.inf if math.isinf(inv) else math.floor(inv / per_vpod + 1e-9) * cap
+        best = out.setdefault((b, p), {})
+        best[chip] = max(best.get(chip, 0.0), rate)
+    return {k: dict(sorted(v.items())) for k, v in out.items()}
+
+
 def max_servable(ctx: EpochContext, bucket: str, phase: str) -> dict[str, float]:
     """Per chip generation, the most req/s class ``bucket`` could get in ``phase`` from the whole
     inventory of that generation alone (best configuration, whole vPods only)."""
-    rows = ctx.configs[(ctx.configs["bucket"] == bucket) & (ctx.configs["phase"] == phase)]
-    best: dict[str, float] = {}
-    for r in rows.itertuples():
-        inv = ctx.inventory.get(str(r.chip), 0.0)
-        n = math.inf if math.isinf(inv) else math.floor(inv / float(r.chips_per_vpod) + 1e-9)
-        rate = math.inf if math.isinf(n) else n * float(r.cap_rps)
-        best[str(r.chip)] = max(best.get(str(r.chip), 0.0), rate)
-    return dict(sorted(best.items()))
+    return servable_table(ctx).get((bucket, phase), {})
 
 
 def diagnose(ctx: EpochContext) -> str | None:
@@ -485,9 +511,10 @@ def diagnose(ctx: EpochContext) -> str | None:
     generations of what each generation's whole inventory could serve. ``None`` means every class
     fits alone and the shortage, if any, is joint.
     """
+    table = servable_table(ctx)
     for b, p in ctx.cover:
         d = ctx.demand[(b, p)]
-        per_chip = max_servable(ctx, b, p)
+        per_chip = table.get((b, p), {})
         if not per_chip:
             return (
                 f"epoch {ctx.epoch}: class {b!r} ({p}) has no configuration meeting its SLO "

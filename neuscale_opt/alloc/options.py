@@ -28,6 +28,10 @@ BACKENDS: tuple[str, ...] = ("highs", "ortools")
 METHODS: tuple[str, ...] = ("milp", "greedy", "homogeneous", "unlimited")
 PLACEMENTS: tuple[str, ...] = ("pattern", "exact", "none")
 
+#: Default tail rate (req/s): a class below it in an epoch (under one request per 5 s at the peak the
+#: plan provisions for) gets no vPod group of its own (``formulations/allocation.md``, "Tail classes").
+DEFAULT_TAIL_RATE_RPS = 0.2
+
 #: Default multiple of the dearest per-request cost used as the unserved-demand penalty
 #: (see ``formulations/allocation.md``, parameter ``penalty``).
 DEFAULT_PENALTY_FACTOR = 10.0
@@ -65,6 +69,10 @@ class PlanOptions:
         Epsilon constraints: ``(metric, limit)`` pairs, each bounding another objective's total of
         an epoch (``("cost", 12.5)``: at most 12.5 USD per epoch) while ``objective`` is minimised;
         ``parse_bound`` reads the CLI's ``cost<=12.5``.
+    tail_rate_rps:
+        Classes below this rate in an epoch are served best-effort on spare capacity of the nearest
+        held group meeting their SLO instead of getting a group of their own (``alloc.tail``);
+        ``None`` or 0 turns it off. Default ``DEFAULT_TAIL_RATE_RPS``.
     slice_factor:
         ``None`` lets a class's rate be split continuously across vPod groups. An integer ``S``
         splits each class into ``S`` equal slices each served by one group (Mélange's slices).
@@ -89,6 +97,7 @@ class PlanOptions:
     util_cap: float | None = None
     attainment: float = 0.99
     bounds: tuple[tuple[str, float], ...] = ()
+    tail_rate_rps: float | None = DEFAULT_TAIL_RATE_RPS
     slice_factor: int | None = None
     prune_dominated: bool = True
     placement: Placement = "pattern"
@@ -113,6 +122,8 @@ class PlanOptions:
             math.isfinite(self.unserved_penalty) and self.unserved_penalty > 0
         ):
             problems.append(f"unserved_penalty must be a positive number, got {self.unserved_penalty}")
+        if self.tail_rate_rps is not None and not (math.isfinite(self.tail_rate_rps) and self.tail_rate_rps >= 0):
+            problems.append(f"tail_rate_rps must be a number >= 0, got {self.tail_rate_rps}")
         if not (0 < self.attainment < 1):
             problems.append(f"attainment must be in (0, 1), got {self.attainment}")
         for metric, limit in self.bounds:
@@ -162,6 +173,7 @@ class PlanOptions:
             "slice_factor",
             "util_cap",
             "placement",
+            "tail_rate_rps",
         ):
             v = getattr(planning, key, None) if planning is not None else None
             if v is not None:
