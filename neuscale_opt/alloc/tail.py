@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from neuscale_opt.alloc.context import EpochContext, restrict_classes
+from neuscale_opt.alloc.context import EpochContext, phases_for, restrict_classes
 from neuscale_opt.alloc.heuristics import EpochPlan
 
 EPS = 1e-9
@@ -35,7 +35,8 @@ def route_tail(ctx: EpochContext, ep: EpochPlan, tail: dict[str, float]) -> tupl
     a usable configuration for the class (``ctx.configs``), ordered by the distance in prompt length
     between the class and the nearest class the group serves, then by spare capacity (most first),
     then by name. A class may be split over several groups. Returns the plan with the routes and
-    the classes that found no (or not enough) room, which are left out of the routes."""
+    the classes that found no (or not enough) room, which are left out of the routes. When
+    disaggregated, each phase is routed; a class short in either phase is left out."""
     cfg = ctx.configs
     by_id = cfg.set_index("config_id")
     tokens = ctx.input_tokens
@@ -51,30 +52,32 @@ def route_tail(ctx: EpochContext, ep: EpochPlan, tail: dict[str, float]) -> tupl
     x_new = dict(ep.x)
     left: set[str] = set()
     for b, rate in tail.items():
-        options = []
-        for r in cfg[cfg["bucket"] == b].itertuples():
-            for g, vt in vtype_of.items():
-                if vt != str(r.vpod_type) or ep.n.get(g, 0) <= 0:
-                    continue
+        for phase in phases_for(ctx.options.serving):  # disaggregated: prefill and decode each routed
+            options = []
+            for r in cfg[(cfg["bucket"] == b) & (cfg["phase"] == phase)].itertuples():
+                for g, vt in vtype_of.items():
+                    if vt != str(r.vpod_type) or ep.n.get(g, 0) <= 0:
+                        continue
+                    spare = ep.n[g] - load.get(g, 0.0)
+                    if spare <= EPS:
+                        continue
+                    dist = min(abs(math.log(tokens[b] / tokens[c])) for c in served[g])
+                    options.append((dist, -spare, g, str(r.config_id), float(r.cap_rps)))
+            need = rate
+            for _d, _s, g, k, cap in sorted(options):
                 spare = ep.n[g] - load.get(g, 0.0)
-                if spare <= EPS:
+                take = min(need, spare * cap)
+                if take <= EPS:
                     continue
-                dist = min(abs(math.log(tokens[b] / tokens[c])) for c in served[g])
-                options.append((dist, -spare, g, str(r.config_id), float(r.cap_rps)))
-        need = rate
-        for _d, _s, g, k, cap in sorted(options):
-            spare = ep.n[g] - load.get(g, 0.0)
-            take = min(need, spare * cap)
-            if take <= EPS:
-                continue
-            x_new[k] = x_new.get(k, 0.0) + take
-            groups[k] = g
-            load[g] = load.get(g, 0.0) + take / cap
-            need -= take
-            if need <= EPS * max(1.0, rate):
-                break
-        if need > EPS * max(1.0, rate):
-            left.add(b)
+                x_new[k] = x_new.get(k, 0.0) + take
+                groups[k] = g
+                load[g] = load.get(g, 0.0) + take / cap
+                need -= take
+                if need <= EPS * max(1.0, rate):
+                    break
+            if need > EPS * max(1.0, rate):
+                left.add(b)
+        if b in left:
             for k in [k for k in x_new if k not in ep.x and str(by_id.at[k, "bucket"]) == b]:
                 g = groups.pop(k)
                 load[g] -= x_new.pop(k) / float(by_id.at[k, "cap_rps"])
