@@ -121,7 +121,7 @@ class Coefficients:
     epoch_s: float = 300.0
     pue: float = 1.1
     carbon_kg_per_kwh: float = 0.5
-    util_cap: float = 0.9
+    util_cap: float | None = 0.9
     source: str = "roofline"
     meta: dict = field(default_factory=dict)
     pods: pd.DataFrame | None = None
@@ -216,7 +216,7 @@ def check_coefficients(c: Coefficients) -> None:
         problems.append("demand: negative rate_rps")
     if (c.configs["max_rate_rps"] <= 0).any():
         problems.append("configs: max_rate_rps must be > 0 (drop infeasible rows)")
-    if not (0 < c.util_cap <= 1):
+    if c.util_cap is not None and not (0 < c.util_cap <= 1):
         problems.append(f"util_cap must be in (0, 1], got {c.util_cap}")
     if c.epoch_s <= 0:
         problems.append(f"epoch_s must be > 0, got {c.epoch_s}")

@@ -225,6 +225,9 @@ class Slo(_Frozen):
     ttft_s: float | None = Field(default=None, gt=0)
     tpot_s: float | None = Field(default=None, gt=0)
     e2e_s: float | None = Field(default=None, gt=0)
+    #: share of requests to keep within their TTFT target; sizes each configuration's safe load
+    #: (``neuscale_opt.alloc.attainment``) unless ``planning.util_cap`` overrides it
+    attainment: float = Field(default=0.99, gt=0, lt=1)
 
     @model_validator(mode="after")
     def _check(self) -> Slo:
@@ -320,12 +323,14 @@ class Planning(_Frozen):
     tori (``pattern``: packing patterns per distinct pod state; ``exact``: one binary per possible
     slice position, small fleets only; ``none``: count chips only)."""
 
-    variant: Literal["dedicated", "pooled"] = "dedicated"
+    variant: Literal["dedicated", "pooled"] = "pooled"
     placement: Literal["pattern", "exact", "none"] = "pattern"
     serving: Literal["colocated", "disaggregated"] = "colocated"
     allow_unserved: bool = False
     unserved_penalty: float | None = Field(default=None, gt=0)
-    util_cap: float = Field(default=0.9, gt=0, le=1)
+    util_cap: float | None = Field(default=None, gt=0, le=1)
+    #: classes below this rate (req/s) in an epoch get no vPod group of their own (``alloc.tail``)
+    tail_rate_rps: float = Field(default=0.2, ge=0)
 
 
 class Solver(_Frozen):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from neuscale_opt.alloc.attainment import row_shares
 from neuscale_opt.alloc.options import DEFAULT_PENALTY_FACTOR, PlanOptions
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
 from neuscale_opt.errors import InputError
@@ -30,9 +31,10 @@ SERVING_PHASES: dict[str, tuple[str, ...]] = {
     "disaggregated": ("prefill", "decode"),
 }
 
-#: The variant registry: which configuration column names the vPod group g(k) that serves k.
+#: The variant registry: how the vPod group g(k) that serves k is formed.
 #: ``dedicated`` - every (vPod type, class) pair has its own group (NeuScale's vPod groups);
-#: ``pooled`` - all classes served by one vPod type share its vPods (Mélange).
+#: ``pooled`` - the classes of one vPod type share its vPods in fractional loads (Mélange), split
+#: into clusters that can share without breaking each other's SLO (:func:`shared_groups`).
 GROUPING: dict[str, str] = {
     "dedicated": "config_id",
     "pooled": "vpod_type",
@@ -82,6 +84,7 @@ class EpochContext:
     inventory: dict[str, float]
     bucket_rate: dict[str, float]
     placement: Mapping[str, GenPlacementData] = field(default_factory=dict)
+    input_tokens: dict[str, float] = field(default_factory=dict)
 
     @property
     def cover(self) -> list[tuple[str, str]]:
@@ -104,7 +107,6 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
     prefill row must also meet the TTFT target once the KV transfer is added (see the formulation,
     "KV transfer"), and every row's rate is capped by its vPod's DCN bandwidth.
     """
-    u = float(options.util_cap if options.util_cap is not None else coeffs.util_cap)
     cfg = coeffs.configs
     cfg = cfg[cfg["phase"].isin(phases_for(options.serving))]
     cfg = cfg[meets_slo(cfg, coeffs.buckets)].copy()
@@ -129,12 +131,14 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
         ttft = cfg["ttft_s"].astype(float).fillna(0.0)
         late = pre & target.notna() & (ttft + xfer_s > target * (1 + 1e-9))
         cfg["kv_transfer_s"] = np.where(pre, xfer_s, 0.0)
-        cfg["cap_rps"] = u * mu
+        cfg["util"] = row_shares(cfg, coeffs, options)
+        cfg["cap_rps"] = cfg["util"] * mu
         cfg = cfg[~late]
     else:
         cfg["dcn_j_per_req"] = 0.0
         cfg["kv_transfer_s"] = 0.0
-        cfg["cap_rps"] = u * mu
+        cfg["util"] = row_shares(cfg, coeffs, options)
+        cfg["cap_rps"] = cfg["util"] * mu
     cfg = cfg[cfg["cap_rps"] > 0]
     return cfg.sort_values("config_id", kind="mergesort").reset_index(drop=True)
 
@@ -176,6 +180,96 @@ def resolve_options(coeffs: Coefficients, options: PlanOptions) -> PlanOptions:
     if options.unserved_penalty is not None:
         return options
     return options.replace(unserved_penalty=default_penalty(coeffs, options))
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """One configuration row as the shared-vPod check reads it (plain floats: the check runs per
+    cluster candidate, thousands of times on a large design space)."""
+
+    bucket: str
+    input_tokens: float
+    output_tokens: float
+    ttft_s: float
+    tpot_s: float
+    ttft_slo_s: float
+    tpot_slo_s: float
+    e2e_slo_s: float
+
+
+def shared_slo_ok(rows: list[_Shared], phase: str, rtol: float = 1e-9) -> bool:
+    """Can these classes (configurations of one vPod type) share its vPods within every class's
+    SLO? (``formulations/allocation.md``, "Shared vPods", rule SH1-SH3.)
+
+    SH1: with L the class of the longest prompt, every other class's first token may wait for one
+    prefill of L in progress (colocated and prefill vPods). SH2: every class's tokens come at the
+    shared decode step, at worst the slowest class's TPOT (colocated and decode vPods; it covers
+    L's longer contexts). SH3: end-to-end = shared TTFT + output tokens x shared TPOT. KV memory
+    needs no check: a batch of L's contexts is the largest and L's configuration fits (R11). One
+    row is the dedicated check.
+    """
+    if len(rows) <= 1:
+        return True
+    longest = max(range(len(rows)), key=lambda i: (rows[i].input_tokens, rows[i].bucket))
+    stall = rows[longest].ttft_s if phase != "decode" else 0.0
+    tpot = max(r.tpot_s for r in rows) if phase != "prefill" else 0.0
+
+    def late(value: float, target: float) -> bool:
+        return not math.isnan(target) and value > target * (1 + rtol)
+
+    for i, r in enumerate(rows):
+        ttft = r.ttft_s + (0.0 if i == longest else stall)
+        if phase != "decode" and late(ttft, r.ttft_slo_s):
+            return False
+        if phase != "prefill" and late(tpot, r.tpot_slo_s):
+            return False
+        if phase == "colocated" and late(ttft + r.output_tokens * tpot, r.e2e_slo_s):
+            return False
+    return True
+
+
+def shared_groups(cfg: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
+    """The pooled variant's group g(k) of each configuration row: per vPod type, its classes in
+    order of prompt length (then name) are cut into consecutive clusters, each grown while
+    :func:`shared_slo_ok` holds and closed at the first class that would break it. The first
+    cluster's group is the vPod type, the next ones ``<vpod type>/<first class>``. Every class of a
+    type is in exactly one cluster, so a dedicated plan is a pooled plan (pooled is never worse)."""
+    if cfg.empty:
+        return pd.Series([], index=cfg.index, dtype=object)
+    slo = buckets.set_index("bucket")
+    b = cfg["bucket"].astype(str)
+
+    def col(frame_col: pd.Series) -> list[float]:
+        return frame_col.astype(float).fillna(0.0).tolist()
+
+    def slo_col(name: str) -> list[float]:
+        return b.map(slo[name]).astype(float).tolist() if name in slo else [math.nan] * len(b)
+
+    ttft = np.asarray(col(cfg["ttft_s"])) + np.asarray(col(cfg.get("kv_transfer_s", pd.Series(0.0, index=cfg.index))))
+    rows = [
+        _Shared(*vals)
+        for vals in zip(
+            b.tolist(), slo_col("input_tokens"), slo_col("output_tokens"), ttft.tolist(), col(cfg["tpot_s"]),
+            slo_col("ttft_slo_s"), slo_col("tpot_slo_s"), slo_col("e2e_slo_s"), strict=True,
+        )
+    ]  # fmt: skip
+    vtype = cfg["vpod_type"].astype(str).tolist()
+    phase = cfg["phase"].astype(str).tolist()
+    by_type: dict[str, list[int]] = {}
+    for i, v in enumerate(vtype):
+        by_type.setdefault(v, []).append(i)
+    out = [""] * len(rows)
+    for vt, idx in by_type.items():
+        idx.sort(key=lambda i: (rows[i].input_tokens, rows[i].bucket))
+        start = 0
+        for j in range(1, len(idx) + 1):
+            if j < len(idx) and shared_slo_ok([rows[i] for i in idx[start : j + 1]], phase[idx[0]]):
+                continue
+            name = vt if start == 0 else f"{vt}/{rows[idx[start]].bucket}"
+            for i in idx[start:j]:
+                out[i] = name
+            start = j
+    return pd.Series(out, index=cfg.index, dtype=object)
 
 
 @dataclass(frozen=True)
@@ -235,10 +329,17 @@ def prepare(coeffs: Coefficients, options: PlanOptions) -> Prepared:
     a, h = objective_coefficients(cfg, coeffs, options.objective, epoch_s)
     cfg["var_obj_per_req"] = a
     cfg["held_obj_per_vpod"] = h
-    cfg["group"] = cfg[GROUPING[options.variant]]
+    for metric, _limit in options.bounds:
+        cfg[f"bound_{metric}_per_req"], cfg[f"bound_{metric}_held"] = objective_coefficients(
+            cfg, coeffs, metric, epoch_s
+        )
+    if options.variant == "pooled":
+        cfg["group"] = shared_groups(cfg, coeffs.buckets)
+    else:
+        cfg["group"] = cfg[GROUPING[options.variant]]
     penalty = float(resolve_options(coeffs, options).unserved_penalty or 1.0)
     if options.prune_dominated:
-        cfg = prune_dominated(cfg)
+        cfg = prune_dominated(cfg, extra=[(f"bound_{m}_per_req", f"bound_{m}_held") for m, _ in options.bounds])
     groups = placed_pods(coeffs, options)
     cfg["placed_shape"] = _placed_shapes(cfg, {g.state.chip for g in groups})
     data = placement_data(groups, cfg) if groups and not cfg.empty else {}
@@ -262,7 +363,7 @@ def build_context(
         epoch=int(epoch),
         options=options,
         epoch_s=float(coeffs.epoch_s),
-        util_cap=float(options.util_cap if options.util_cap is not None else coeffs.util_cap),
+        util_cap=_scalar_cap(options, coeffs),
         pue=float(coeffs.pue),
         carbon_kg_per_kwh=float(coeffs.carbon_kg_per_kwh),
         penalty_per_req=prepared.penalty_per_req,
@@ -272,10 +373,33 @@ def build_context(
         inventory=coeffs.inventory(),
         bucket_rate=bucket_rate,
         placement=prepared.placement,
+        input_tokens=dict(
+            zip(coeffs.buckets["bucket"].astype(str), coeffs.buckets["input_tokens"].astype(float), strict=True)
+        ),
     )
 
 
-def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12) -> pd.DataFrame:
+def restrict_classes(ctx: EpochContext, keep: set[str]) -> EpochContext:
+    """``ctx`` with the demand of the classes in ``keep`` only (their configurations and groups)."""
+    cfg = ctx.configs[ctx.configs["bucket"].isin(keep)].reset_index(drop=True)
+    return EpochContext(
+        **{
+            **ctx.__dict__,
+            "configs": cfg,
+            "groups": _groups(cfg, ctx.options.variant),
+            "demand": {bp: r for bp, r in ctx.demand.items() if bp[0] in keep},
+            "bucket_rate": {b: r for b, r in ctx.bucket_rate.items() if b in keep},
+        }
+    )
+
+
+def _scalar_cap(options: PlanOptions, coeffs: Coefficients) -> float:
+    """The one utilisation cap of the run, NaN when each configuration has its safe load."""
+    cap = options.util_cap if options.util_cap is not None else coeffs.util_cap
+    return float(cap) if cap is not None else math.nan
+
+
+def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[str, str]] | None = None) -> pd.DataFrame:
     """Drop the groups another group of the same generation dominates (an exact presolve).
 
     Group g is dominated by g' (same chip, same phase) when, for m = the least integer with
@@ -283,7 +407,8 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12) -> pd.DataFrame:
     m chips_g' <= chips_g, m h_g' <= h_g and a_{g',b} <= a_{g,b}. Replacing each vPod of g by m vPods
     of g' then keeps every plan feasible (capacity, chips) and no dearer, so some optimal plan
     avoids g. Exact ties keep the smallest group key. Applies to both variants (a dedicated group
-    serves one class).
+    serves one class). ``extra`` (per-request, per-vPod) column pairs of bounded metrics (epsilon
+    constraints): g' must be no worse on those too, m h'_g' <= h'_g and a'_{g',b} <= a'_{g,b}.
     """
     if cfg.empty:
         return cfg
@@ -322,6 +447,14 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12) -> pd.DataFrame:
                 | np.any(serves[:, None, :] & (a_inf[None, :, :] < a_inf[:, None, :] - rtol), axis=2)
                 | np.any(serves[:, None, :] & (m[:, :, None] * c0[None, :, :] > c0[:, None, :] * (1 + rtol)), axis=2)
             )
+        for col_a, col_h in extra or []:
+            xa = part.pivot(index="group", columns="bucket", values=col_a).loc[cap.index, cap.columns].to_numpy(float)
+            xh = head[col_h].to_numpy(dtype=float)
+            xa_inf = np.where(serves, xa, np.inf)
+            tol_x = rtol * np.maximum(np.abs(xh), 1.0)
+            with np.errstate(invalid="ignore"):
+                a_ok &= np.all(~serves[:, None, :] | (xa_inf[None, :, :] <= xa_inf[:, None, :] + rtol), axis=2)
+                h_ok &= m * xh[None, :] <= xh[:, None] + tol_x[:, None]
         earlier = ids[None, :] < ids[:, None]
         dom = covers & a_ok & chips_ok & h_ok & (strict | earlier)
         np.fill_diagonal(dom, False)
@@ -330,7 +463,8 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12) -> pd.DataFrame:
 
 
 def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
-    cols = ["group", *GROUP_COLUMNS, "held_obj_per_vpod", "placed_shape"]
+    bound_cols = [c for c in cfg.columns if c.startswith("bound_") and c.endswith("_held")]
+    cols = ["group", *GROUP_COLUMNS, "held_obj_per_vpod", "placed_shape", *bound_cols]
     if cfg.empty:
         return pd.DataFrame(columns=cols)
     g = cfg[cols]
@@ -347,17 +481,27 @@ def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
     return g.drop_duplicates("group").sort_values("group").reset_index(drop=True)
 
 
+def servable_table(ctx: EpochContext) -> dict[tuple[str, str], dict[str, float]]:
+    """Per (class, phase) and chip generation, the most req/s the class could get from the whole
+    inventory of that generation alone (best configuration, whole vPods only), for all classes at
+    once (one pass over the configurations)."""
+    cfg = ctx.configs
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for b, p, chip, per_vpod, cap in zip(
+        cfg["bucket"].astype(str), cfg["phase"].astype(str), cfg["chip"].astype(str),
+        cfg["chips_per_vpod"].astype(float), cfg["cap_rps"].astype(float), strict=True,
+    ):  # fmt: skip
+        inv = ctx.inventory.get(chip, 0.0)
+        rate = math.inf if math.isinf(inv) else math.floor(inv / per_vpod + 1e-9) * cap
+        best = out.setdefault((b, p), {})
+        best[chip] = max(best.get(chip, 0.0), rate)
+    return {k: dict(sorted(v.items())) for k, v in out.items()}
+
+
 def max_servable(ctx: EpochContext, bucket: str, phase: str) -> dict[str, float]:
     """Per chip generation, the most req/s class ``bucket`` could get in ``phase`` from the whole
     inventory of that generation alone (best configuration, whole vPods only)."""
-    rows = ctx.configs[(ctx.configs["bucket"] == bucket) & (ctx.configs["phase"] == phase)]
-    best: dict[str, float] = {}
-    for r in rows.itertuples():
-        inv = ctx.inventory.get(str(r.chip), 0.0)
-        n = math.inf if math.isinf(inv) else math.floor(inv / float(r.chips_per_vpod) + 1e-9)
-        rate = math.inf if math.isinf(n) else n * float(r.cap_rps)
-        best[str(r.chip)] = max(best.get(str(r.chip), 0.0), rate)
-    return dict(sorted(best.items()))
+    return servable_table(ctx).get((bucket, phase), {})
 
 
 def diagnose(ctx: EpochContext) -> str | None:
@@ -367,9 +511,10 @@ def diagnose(ctx: EpochContext) -> str | None:
     generations of what each generation's whole inventory could serve. ``None`` means every class
     fits alone and the shortage, if any, is joint.
     """
+    table = servable_table(ctx)
     for b, p in ctx.cover:
         d = ctx.demand[(b, p)]
-        per_chip = max_servable(ctx, b, p)
+        per_chip = table.get((b, p), {})
         if not per_chip:
             return (
                 f"epoch {ctx.epoch}: class {b!r} ({p}) has no configuration meeting its SLO "

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from neuscale_opt.alloc.attainment import row_shares
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
 from neuscale_opt.topology.check import check_placements
@@ -71,7 +72,6 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     is allowed and at which penalty).
     """
     opts = solution.options
-    u = float(opts.util_cap if opts.util_cap is not None else coeffs.util_cap)
     t = float(coeffs.epoch_s)
     rows = solution.allocations.copy()
     violations: list[str] = []
@@ -111,6 +111,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         with np.errstate(divide="ignore"):
             mu = np.where(kv > 0, np.minimum(mu, bw / np.where(kv > 0, kv, 1.0)), mu)
         violations.extend(_kv_ttft_violations(ref, coeffs, bw, kv))
+    u = row_shares(ref, coeffs, opts)
     rows["_load"] = rows["rate_rps"].astype(float).to_numpy() / (u * mu)
     rows["_dyn_j"] = (ref["dyn_energy_j_per_req"].astype(float).fillna(0.0).to_numpy() + dcn_j) * rows[
         "rate_rps"

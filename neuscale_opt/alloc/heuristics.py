@@ -63,6 +63,8 @@ class EpochPlan:
     exhausted: tuple[str, ...] = field(default_factory=tuple)
     placements: GroupPlacements = ()
     unfit: tuple[tuple[str, str], ...] = ()
+    #: configuration -> the group that serves it when not its own (tail classes, ``alloc.tail``)
+    groups: dict[str, str] = field(default_factory=dict)
 
 
 def make_placer(ctx: EpochContext) -> FirstFitPlacer | None:

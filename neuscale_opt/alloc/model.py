@@ -35,6 +35,8 @@ def add_sets(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     m.BUCKETS = pyo.Set(initialize=ctx.buckets, ordered=True)
     finite = sorted(c for c in set(ctx.groups["chip"]) if not math.isinf(ctx.inventory.get(str(c), math.inf)))
     m.CHIPS = pyo.Set(initialize=finite, ordered=True)
+    if ctx.options.bounds:
+        m.BOUNDS = pyo.Set(initialize=[metric for metric, _ in ctx.options.bounds], ordered=True)
     placed = _placed_members(ctx)
     if placed:
         m.PLACED_SHAPES = pyo.Set(initialize=sorted(placed), dimen=2, ordered=True)
@@ -213,6 +215,35 @@ def add_slice_assignment(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
         m.unserved_slice_assignment = pyo.Constraint(m.BUCKETS, rule=rule_u)
 
 
+def add_objective_bound(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
+    """**Constraint Name**: objective_bound
+
+    **Enforced Over**: BOUNDS (metrics bounded by ``options.bounds``, an epsilon constraint)
+
+    Another objective's total of the epoch stays within its limit eps_m while ``total_objective``
+    is minimised (objective units of metric m: J, USD or kgCO2e):
+
+        T * sum_k a^m_k r_k + sum_g h^m_g n_g <= eps_m
+    """
+    if not hasattr(m, "BOUNDS"):
+        return
+    t = ctx.epoch_s
+    limit = dict(ctx.options.bounds)
+    cfg, grp = ctx.configs, ctx.groups
+
+    def rule(_m: pyo.ConcreteModel, metric: str):
+        a = dict(zip(cfg["config_id"], cfg[f"bound_{metric}_per_req"], strict=True))
+        h = dict(zip(grp["group"], grp[f"bound_{metric}_held"], strict=True))
+        served = sum(t * float(a[k]) * _m.rate[k] for k in _m.CONFIGS if float(a[k]) != 0.0)
+        held = sum(float(h[g]) * _m.n_vpods[g] for g in _m.GROUPS if float(h[g]) != 0.0)
+        expr = served + held
+        if isinstance(expr, (int, float)):
+            return pyo.Constraint.Feasible if expr <= limit[metric] else pyo.Constraint.Infeasible
+        return expr <= limit[metric]
+
+    m.objective_bound = pyo.Constraint(m.BOUNDS, rule=rule)
+
+
 def add_objective(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     """Expressions ``served_term``, ``held_term``, ``unserved_term`` and the Objective
     ``total_objective`` (their sum, minimised), in objective units over the epoch of T seconds:
@@ -242,6 +273,7 @@ CONSTRAINT_BUILDERS: tuple[Callable[[pyo.ConcreteModel, EpochContext], None], ..
     add_chip_inventory,
     add_slice_assignment,
     add_placement,
+    add_objective_bound,
 )
 
 

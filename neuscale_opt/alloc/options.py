@@ -8,6 +8,7 @@ from a validated ``Instance``.
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
@@ -30,6 +31,10 @@ METHODS: tuple[str, ...] = ("milp", "greedy", "homogeneous", "unlimited")
 PLACEMENTS: tuple[str, ...] = ("pattern", "exact", "none")
 TIME_LIMIT_SCOPES: tuple[str, ...] = ("per-solve", "per-window", "total")
 
+#: Default tail rate (req/s): a class below it in an epoch (under one request per 5 s at the peak the
+#: plan provisions for) gets no vPod group of its own (``formulations/allocation.md``, "Tail classes").
+DEFAULT_TAIL_RATE_RPS = 0.2
+
 #: Default multiple of the dearest per-request cost used as the unserved-demand penalty
 #: (see ``formulations/allocation.md``, parameter ``penalty``).
 DEFAULT_PENALTY_FACTOR = 10.0
@@ -49,8 +54,9 @@ class PlanOptions:
     objective:
         ``energy`` (J), ``cost`` (USD) or ``carbon`` (kgCO2e), totalled over each epoch.
     variant:
-        ``dedicated`` - a vPod group serves one request class (NeuScale);
-        ``pooled`` - a vPod type's capacity is shared by classes in fractional loads (Mélange).
+        ``pooled`` (the default) - a vPod type's capacity is shared by the classes that can share
+        it within their SLOs, in fractional loads (coalescing; ``alloc.context.shared_groups``);
+        ``dedicated`` - a vPod group serves one request class (NeuScale's vPod groups).
     serving:
         ``colocated`` - prefill and decode on the same vPod; ``disaggregated`` - separate prefill
         and decode vPods, the KV cache crossing the data-centre network.
@@ -61,7 +67,20 @@ class PlanOptions:
         Penalty per unserved request in objective units (J, USD or kg). ``None`` = default: ten times
         the dearest per-request cost of any usable configuration at full (capped) load.
     util_cap:
-        Override of the coefficients' utilisation cap (queueing headroom); ``None`` keeps it.
+        Override of the utilisation cap (queueing headroom), one share for every configuration;
+        ``None`` keeps the coefficients' cap, and when that is ``None`` too each configuration gets
+        the safe load of ``attainment`` (``alloc.attainment``).
+    attainment:
+        SLO-attainment target (share of requests within their TTFT target) the safe loads are
+        derived for; read from ``slo.attainment``, default 0.99.
+    bounds:
+        Epsilon constraints: ``(metric, limit)`` pairs, each bounding another objective's total of
+        an epoch (``("cost", 12.5)``: at most 12.5 USD per epoch) while ``objective`` is minimised;
+        ``parse_bound`` reads the CLI's ``cost<=12.5``.
+    tail_rate_rps:
+        Classes below this rate in an epoch are served best-effort on spare capacity of the nearest
+        held group meeting their SLO instead of getting a group of their own (``alloc.tail``);
+        ``None`` or 0 turns it off. Default ``DEFAULT_TAIL_RATE_RPS``.
     slice_factor:
         ``None`` lets a class's rate be split continuously across vPod groups. An integer ``S``
         splits each class into ``S`` equal slices each served by one group (Mélange's slices).
@@ -92,11 +111,14 @@ class PlanOptions:
     """
 
     objective: Objective = "energy"
-    variant: Variant = "dedicated"
+    variant: Variant = "pooled"
     serving: Serving = "colocated"
     allow_unserved: bool = False
     unserved_penalty: float | None = None
     util_cap: float | None = None
+    attainment: float = 0.99
+    bounds: tuple[tuple[str, float], ...] = ()
+    tail_rate_rps: float | None = DEFAULT_TAIL_RATE_RPS
     slice_factor: int | None = None
     prune_dominated: bool = True
     placement: Placement = "pattern"
@@ -127,6 +149,19 @@ class PlanOptions:
             math.isfinite(self.unserved_penalty) and self.unserved_penalty > 0
         ):
             problems.append(f"unserved_penalty must be a positive number, got {self.unserved_penalty}")
+        if self.tail_rate_rps is not None and not (
+            _number(self.tail_rate_rps) and math.isfinite(self.tail_rate_rps) and self.tail_rate_rps >= 0
+        ):
+            problems.append(f"tail_rate_rps must be a number >= 0, got {self.tail_rate_rps}")
+        if not (_number(self.attainment) and 0 < self.attainment < 1):
+            problems.append(f"attainment must be in (0, 1), got {self.attainment}")
+        for metric, limit in self.bounds:
+            if metric not in OBJECTIVES or metric == self.objective:
+                problems.append(f"a bound must name another objective than {self.objective!r}, got {metric!r}")
+            if not (math.isfinite(limit) and limit >= 0):
+                problems.append(f"bound {metric}<= must be a finite number >= 0, got {limit}")
+        if len({m for m, _ in self.bounds}) != len(self.bounds):
+            problems.append("a metric is bounded twice")
         if self.util_cap is not None and not (_number(self.util_cap) and 0 < self.util_cap <= 1):
             problems.append(f"util_cap must be in (0, 1], got {self.util_cap}")
         sf = self.slice_factor
@@ -193,6 +228,7 @@ class PlanOptions:
             "slice_factor",
             "util_cap",
             "placement",
+            "tail_rate_rps",
         ):
             v = getattr(planning, key, None) if planning is not None else None
             if v is not None:
@@ -207,5 +243,23 @@ class PlanOptions:
             v = getattr(solver, key, None) if solver is not None else None
             if v is not None:
                 values[field_name] = v
+        slo = getattr(instance, "slo", None)
+        if getattr(slo, "attainment", None) is not None:
+            values["attainment"] = float(slo.attainment)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+_BOUND = re.compile(r"^\s*(energy|cost|carbon)\s*<=\s*([-+0-9.eE]+)\s*$")
+
+
+def parse_bound(text: str, where: str = "--bound") -> tuple[str, float]:
+    """``"cost<=12.5"`` -> ``("cost", 12.5)`` (units of the metric: J, USD, kgCO2e per epoch)."""
+    m = _BOUND.match(text)
+    try:
+        value = float(m.group(2)) if m else math.nan
+    except ValueError:
+        value = math.nan
+    if m is None or not math.isfinite(value):
+        raise InputError(f"expected METRIC<=NUMBER with METRIC one of {list(OBJECTIVES)}, got {text!r}", where=where)
+    return m.group(1), value

@@ -40,6 +40,7 @@ from neuscale_opt.alloc.solution import (
     worst_status,
 )
 from neuscale_opt.alloc.solve import solve_model
+from neuscale_opt.alloc.tail import plan_with_tail
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import InputError, TimeLimitError
 
@@ -52,8 +53,9 @@ def _rows(ctx: EpochContext, ep: EpochPlan) -> list[dict[str, Any]]:
         if ep.x[k] <= 0:
             continue
         r = cfg.loc[k]
-        seen.add(r["group"])
-        rows.append(_row(ctx.epoch, r, ep.n.get(r["group"], 0), ep.x[k]))
+        g = ep.groups.get(k, r["group"])
+        seen.add(g)
+        rows.append({**_row(ctx.epoch, r, ep.n.get(g, 0), ep.x[k]), "vpod_group": g})
     for g in sorted(ep.n):
         if ep.n[g] > 0 and g not in seen:
             r = cfg[cfg["group"] == g].iloc[0]
@@ -257,7 +259,10 @@ def solve_milp(
     prep = prepare(coeffs, opts)
     for e in coeffs.epochs:
         ctx = build_context(coeffs, opts.start_budget("per-window"), e, prep)
-        ep, info = _milp_epoch(ctx, None if fixed_vpods is None else dict(fixed_vpods.get(e, {})))
+        if fixed_vpods is not None:  # the given vPods held fixed, demand routed over them (no tail rule)
+            ep, info = _milp_epoch(ctx, dict(fixed_vpods.get(e, {})))
+        else:
+            ep, info = plan_with_tail(ctx, _milp_epoch)
         per_epoch.append((ctx, ep, info))
         if progress is not None:
             progress(1)
@@ -282,8 +287,8 @@ def greedy(coeffs: Coefficients, options: PlanOptions | None = None) -> Solution
     prep = prepare(coeffs, opts)
     for e in coeffs.epochs:
         ctx = build_context(coeffs, opts, e, prep)
-        ep = greedy_epoch(ctx)
-        per_epoch.append((ctx, ep, {}))
+        ep, info = plan_with_tail(ctx, lambda c: (greedy_epoch(c), {}))
+        per_epoch.append((ctx, ep, info))
     return _assemble("greedy", coeffs, opts, per_epoch, None, use_solver_objective=False)
 
 
@@ -295,8 +300,8 @@ def homogeneous_one(coeffs: Coefficients, chip: str, options: PlanOptions | None
     prep = prepare(coeffs, opts)
     for e in coeffs.epochs:
         ctx = build_context(coeffs, opts, e, prep)
-        ep = homogeneous_epoch(ctx, chip)
-        per_epoch.append((ctx, ep, {}))
+        ep, info = plan_with_tail(ctx, lambda c: (homogeneous_epoch(c, chip), {}))
+        per_epoch.append((ctx, ep, info))
     return _assemble("homogeneous", coeffs, opts, per_epoch, None, use_solver_objective=False, meta={"chip": chip})
 
 

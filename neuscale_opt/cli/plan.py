@@ -23,7 +23,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from neuscale_opt.cli import Command
-from neuscale_opt.errors import EXIT_INFEASIBLE, EXIT_OK
+from neuscale_opt.errors import EXIT_INFEASIBLE, EXIT_OK, InputError
 
 if TYPE_CHECKING:
     from neuscale_opt.alloc.options import PlanOptions
@@ -71,6 +71,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="write the report (Markdown, HTML, JSON, CSV) to DIR")
     p.add_argument("--no-baselines", action="store_true", help="with --out: do not run the baselines")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_objective_flags(p)
     p.set_defaults(func=cmd_plan)
 
 
@@ -205,9 +206,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         allow_unserved=args.allow_unserved,
         placement=args.placement,
         slice_factor=args.slice_factor,
+        attainment=args.attainment,
+        tail_rate_rps=args.tail_rate,
         **solver_overrides(args),
     )
+    options = with_bounds(args, options)
+    if args.pareto:
+        return cmd_pareto(args, coeffs, options)
     schedule = uses_schedule(inst, args.method, args.independent, args.window, args.forecast)
+    if schedule and options.bounds:
+        raise InputError("bounds apply to independent epochs (the epoch MILP), not to a horizon plan", where="--bound")
     if not schedule and not args.independent and isinstance(inst, Instance):
         from neuscale_opt.horizon import uses_horizon
 
@@ -241,6 +249,71 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if sol.status == "infeasible":
         print(f"neuscale-opt: infeasible: {sol.diagnosis}", file=sys.stderr)
         return EXIT_INFEASIBLE
+    return EXIT_OK
+
+
+# -- both objectives: epsilon constraint and front (neuscale_opt.alloc.pareto) -------------------
+
+
+def add_objective_flags(p: argparse.ArgumentParser) -> None:
+    """``--bound METRIC<=X`` (repeatable), ``--pareto`` [``--pareto-points N``, ``--pareto-epoch E``],
+    the SLO-attainment target and the tail-class rate."""
+    p.add_argument(
+        "--bound",
+        action="append",
+        default=None,
+        metavar="METRIC<=X",
+        help="bound another objective per epoch while minimising --objective, e.g. cost<=12.5 (USD), energy<=3e7 (J)",
+    )
+    p.add_argument("--pareto", action="store_true", help="write the energy-cost front of one epoch instead of a plan")
+    p.add_argument("--pareto-points", type=_positive_int, default=7, metavar="N", help="points of the front (default 7)")
+    p.add_argument("--pareto-epoch", type=int, default=None, metavar="E", help="epoch of the front (default: peak)")
+    p.add_argument(
+        "--attainment",
+        type=_positive_float,
+        default=None,
+        metavar="A",
+        help="SLO-attainment target in (0, 1) that sizes each configuration's safe load (default: slo.attainment)",
+    )
+    p.add_argument(
+        "--tail-rate",
+        type=_nonnegative_float,
+        default=None,
+        metavar="RPS",
+        help="classes below this rate get no vPod group of their own (default: planning.tail_rate_rps)",
+    )
+
+
+def _nonnegative_float(text: str) -> float:
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return v
+
+
+def with_bounds(args: argparse.Namespace, options: PlanOptions) -> PlanOptions:
+    """``options`` with the ``--bound`` flags as epsilon constraints."""
+    from neuscale_opt.alloc.options import parse_bound
+
+    bounds = tuple(parse_bound(b) for b in (args.bound or []))
+    return options.replace(bounds=bounds) if bounds else options
+
+
+def cmd_pareto(args: argparse.Namespace, coeffs: Coefficients, options: PlanOptions) -> int:
+    """``plan --pareto``: the front as JSON (``--json``) or a table on stdout."""
+    from neuscale_opt.alloc.pareto import pareto_front
+    from neuscale_opt.io import emit, to_json
+
+    front = pareto_front(coeffs, options.replace(bounds=()), epoch=args.pareto_epoch, points=args.pareto_points)
+    if args.json is not None:
+        emit(to_json({"pareto": front.to_dict("records"), "units": front.attrs.get("unit", {})}), args.json, "--json")
+    if args.json != "-":
+        sys.stdout.write(front.to_string(index=False) + "\n")
     return EXIT_OK
 
 

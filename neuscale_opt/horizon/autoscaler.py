@@ -119,8 +119,11 @@ def autoscale(
     inventory: dict[tuple[str, int], float] | None = None,
     method: str = "neuscale-autoscaler",
 ) -> Solution:
-    """Run the reactive rules over every epoch (one generation only when ``chip`` is given)."""
-    opts = horizon_options(options)
+    """Run the reactive rules over every epoch (one generation only when ``chip`` is given).
+
+    The rules act on NeuScale's vPod groups, one per (vPod type, class), whatever variant the MILP
+    uses: their own coalescing step (threshold theta) is how they share vPods."""
+    opts = horizon_options(options.replace(variant="dedicated"))
     prep = prepare(coeffs, opts)
     cfg = prep.configs
     if chip is not None:

@@ -30,7 +30,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from neuscale_opt.alloc.attainment import row_shares
 from neuscale_opt.alloc.evaluate import evaluate
+from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients
 from neuscale_opt.horizon.context import inventory_dropped
 from neuscale_opt.horizon.params import FLOOR_EPS, HorizonParams
@@ -57,15 +59,17 @@ def _ok(lhs: float, rhs: float) -> bool:
     return lhs <= rhs + RTOL * max(1.0, abs(rhs))
 
 
-def group_table(allocations: pd.DataFrame, coeffs: Coefficients, util_cap: float) -> pd.DataFrame:
-    """One row per (epoch, vpod_group): ``n`` vPods, ``load`` = sum of rate / (u mu) of its rows,
-    ``chip``, ``chips_per_vpod``, ``vpod_type``."""
+def group_table(allocations: pd.DataFrame, coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
+    """One row per (epoch, vpod_group): ``n`` vPods, ``load`` = sum of rate / (u_k mu_k) of its rows
+    (u_k from ``alloc.attainment.row_shares``), ``chip``, ``chips_per_vpod``, ``vpod_type``."""
     cols = ["epoch", "vpod_group", "n", "load", "chip", "chips_per_vpod", "vpod_type"]
     if allocations.empty:
         return pd.DataFrame(columns=cols)
-    mu = coeffs.configs.set_index("config_id")["max_rate_rps"].astype(float)
+    cfg = coeffs.configs.set_index("config_id")
     rows = allocations.copy()
-    rows["_load"] = rows["rate_rps"].astype(float) / (util_cap * rows["config_id"].map(mu).astype(float))
+    ref = cfg.loc[rows["config_id"]].reset_index()
+    cap = row_shares(ref, coeffs, options) * ref["max_rate_rps"].astype(float).to_numpy()
+    rows["_load"] = rows["rate_rps"].astype(float).to_numpy() / cap
     out = (
         rows.groupby(["epoch", "vpod_group"], sort=True)
         .agg(
@@ -115,8 +119,7 @@ def evaluate_schedule(
     violations = list(ev.violations)
 
     opts = solution.options
-    u = float(opts.util_cap if opts.util_cap is not None else coeffs.util_cap)
-    groups = group_table(solution.allocations, coeffs, u)
+    groups = group_table(solution.allocations, coeffs, opts)
     t_s = float(coeffs.epoch_s)
 
     # -- inventory over time -------------------------------------------------------------------

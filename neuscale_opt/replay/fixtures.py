@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from neuscale_opt.alloc.attainment import DEFAULT_UTIL_CAP
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import InfeasibleError
 
@@ -29,7 +30,7 @@ def simple_plan(
 
     ``min_vpods``: at least this many vPods per class in every epoch (also when its rate is 0).
     """
-    u = coeffs.util_cap if util is None else util
+    u = util if util is not None else coeffs.util_cap if coeffs.util_cap is not None else DEFAULT_UTIL_CAP
     cfg = coeffs.configs[coeffs.configs["phase"] == "colocated"]
     left = dict(coeffs.inventory())
     dem = coeffs.demand

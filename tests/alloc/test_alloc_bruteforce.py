@@ -77,7 +77,17 @@ def brute_force(c, objective: str, allow_unserved: bool, penalty: float) -> floa
 def test_milp_equals_brute_force(seed, objective):
     c = random_instance(seed)
     allow = seed % 2 == 1
-    sol = plan(c, PlanOptions(objective=objective, allow_unserved=allow, prune_dominated=seed % 3 == 0), "milp")
+    sol = plan(
+        c,
+        PlanOptions(
+            objective=objective,
+            variant="dedicated",
+            allow_unserved=allow,
+            prune_dominated=seed % 3 == 0,
+            tail_rate_rps=0.0,  # the formulation itself: every class covered by the model
+        ),
+        "milp",
+    )
     bf = brute_force(c, objective, allow, sol.penalty_per_req)
     if math.isinf(bf):
         assert sol.status == "infeasible"

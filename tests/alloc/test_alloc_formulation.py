@@ -58,6 +58,9 @@ def _all_variant_models():
             variant=variant, serving=serving, allow_unserved=unserved, slice_factor=slices, placement=placement
         )
         yield opts, build_model(build_context(c, opts, 0))
+    for variant in ("dedicated", "pooled"):
+        opts = PlanOptions(variant=variant, objective="energy", bounds=(("cost", 1e6),))
+        yield opts, build_model(build_context(c, opts, 0))
 
 
 MODELS = list(_all_variant_models())

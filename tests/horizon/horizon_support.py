@@ -9,7 +9,7 @@ from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.coefficients import Coefficients
 
 ROOT = Path(__file__).resolve().parents[2]
-OPTS = PlanOptions(objective="energy", time_limit_s=30.0)
+OPTS = PlanOptions(objective="energy", variant="dedicated", time_limit_s=30.0)  # hand-solved per-class groups
 
 
 def one_class(rates: list[float], inventory: dict[str, float] | None = None, second: bool = False) -> Coefficients:

@@ -1,0 +1,154 @@
+"""The load at which a vPod keeps an SLO-attainment target (``formulations/allocation.md``,
+"SLO attainment and safe load").
+
+A colocated vPod runs continuous batching with ``slots`` sequences (batch x pipeline stages) and
+prefills one prompt at a time, stalling decode (``formulations/roofline.md`` section 4; the
+replay's engine does the same). A request meets its TTFT target when the time it waits before its
+prefill starts is at most the slack x = TTFT target - ttft - tpot (its own prefill, and one
+decode round in progress). Two waits, at request rate lambda per vPod:
+
+* AT1, **a free slot.** Sequences hold a slot for their lifetime L = out x tpot; slots form an
+  M/M/c queue with c = slots and offered load A = lambda L: P(wait > x) = C(c, A) exp(-(c / L -
+  lambda) x), C the Erlang-C probability of waiting (``erlang_c``).
+* AT2, **the prompts ahead.** Prefills are served one at a time, an M/D/1 queue of service
+  s = ttft at utilisation rho_p = lambda s; its waiting time has the exponential tail
+  P(wait > x) = rho_p exp(-z x / s), z > 0 the root of rho_p (e^z - 1) = z (the Cramér-Lundberg
+  exponent of deterministic service; ``md1_decay``).
+
+Attainment(lambda) = (1 - P_AT1(x)) (1 - P_AT2(x)) (x clipped at 0), decreasing in lambda. The
+safe load of a configuration is u = lambda* / mu, lambda* the largest rate with attainment >= the
+target (bisection), mu = ``max_rate_rps`` (the coefficient table's rate; a disaggregated
+prefill row's KV transfer, checked against TTFT separately, does not enter). Prefill vPods
+(disaggregated) keep AT2 with service 1 / mu, decode vPods AT1 with the TTFT target as slack.
+Rows without a TTFT target or without latencies (e.g. profiled Mélange tables) keep
+``DEFAULT_UTIL_CAP``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.special import gammaincc, gammaln
+
+#: Utilisation cap of rows the queueing model cannot judge, and the override's historical default.
+DEFAULT_UTIL_CAP = 0.9
+#: Default SLO-attainment target (``slo.attainment``).
+DEFAULT_ATTAINMENT = 0.99
+_BISECT_STEPS = 50
+
+
+def erlang_c(servers: np.ndarray, offered: np.ndarray) -> np.ndarray:
+    """Erlang-C probability that an arrival waits in an M/M/c queue (c = ``servers``, offered load
+    A = lambda / service rate), 1 when A >= c. Through the Poisson distribution, stable for large
+    c: Erlang-B = pmf(c; A) / cdf(c; A), C = c B / (c - A (1 - B))."""
+    c = np.asarray(servers, dtype=float)
+    a = np.maximum(np.asarray(offered, dtype=float), 1e-300)
+    log_pmf = c * np.log(a) - a - gammaln(c + 1)
+    cdf = gammaincc(c + 1, a)  # P(Poisson(a) <= c)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        erl_b = np.exp(log_pmf) / np.maximum(cdf, 1e-300)
+        out = c * erl_b / (c - a * (1 - erl_b))
+    return np.where(a >= c, 1.0, np.clip(np.nan_to_num(out, nan=1.0), 0.0, 1.0))
+
+
+def md1_decay(rho: np.ndarray) -> np.ndarray:
+    """z > 0 with rho (e^z - 1) = z (the tail exponent of the M/D/1 waiting time, per service
+    time), by bisection: f(z) = rho (e^z - 1) - z is negative between 0 and the root (f'(0) =
+    rho - 1 < 0) and positive beyond; 0 when rho >= 1."""
+    r = np.clip(np.asarray(rho, dtype=float), 1e-12, 1.0)
+    lo = np.zeros_like(r)
+    hi = np.full_like(r, 60.0)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        neg = r * np.expm1(mid) - mid < 0
+        lo = np.where(neg, mid, lo)
+        hi = np.where(neg, hi, mid)
+    return np.where(r >= 1.0, 0.0, lo)
+
+
+def attainment(
+    rate_rps: np.ndarray,
+    phase: np.ndarray,
+    slots: np.ndarray,
+    ttft_s: np.ndarray,
+    tpot_s: np.ndarray,
+    out_tokens: np.ndarray,
+    ttft_slo_s: np.ndarray,
+    mu_rps: np.ndarray,
+) -> np.ndarray:
+    """Share of requests within their TTFT target at ``rate_rps`` per vPod (rules AT1, AT2)."""
+    lam = np.asarray(rate_rps, dtype=float)
+    colo = phase == "colocated"
+    pre = phase == "prefill"
+    dec = phase == "decode"
+    tpot = np.where(pre, 0.0, tpot_s)
+    slack = np.maximum(np.where(dec, ttft_slo_s, ttft_slo_s - ttft_s - tpot), 0.0)
+    # AT1: slots (colocated and decode vPods)
+    life = np.maximum(out_tokens * tpot, 1e-12)
+    p_slot = erlang_c(slots, lam * life) * np.exp(-np.maximum(slots / life - lam, 0.0) * slack)
+    p_slot = np.where(colo | dec, p_slot, 0.0)
+    # AT2: prompts ahead (colocated and prefill vPods)
+    service = np.where(pre, 1.0 / mu_rps, ttft_s)
+    rho = np.minimum(lam * service, 1.0)
+    p_pre = rho * np.exp(-md1_decay(rho) * slack / np.maximum(service, 1e-12))
+    p_pre = np.where(colo | pre, p_pre, 0.0)
+    return (1.0 - p_slot) * (1.0 - p_pre)
+
+
+def safe_load(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> np.ndarray:
+    """Per configuration row, the largest load u = lambda / mu in (0, 1] whose attainment is at
+    least ``target`` (bisection on lambda); ``DEFAULT_UTIL_CAP`` where the model has no data."""
+    n = len(configs)
+    if n == 0:
+        return np.zeros(0)
+    slo = buckets.set_index("bucket")
+    b = configs["bucket"].astype(str)
+    target_s = b.map(slo["ttft_slo_s"]).astype(float).to_numpy()
+    out_tok = b.map(slo["output_tokens"]).astype(float).to_numpy()
+    ttft = configs["ttft_s"].astype(float).to_numpy()
+    tpot = configs["tpot_s"].astype(float).to_numpy()
+    phase = configs["phase"].astype(str).to_numpy()
+    slots = configs["batch"].astype(float).to_numpy() * configs["pp"].astype(float).to_numpy()
+    mu = configs["max_rate_rps"].astype(float).to_numpy()
+    known = np.isfinite(target_s) & np.isfinite(ttft) & (np.isfinite(tpot) | (phase == "prefill")) & (mu > 0)
+    known &= np.isfinite(out_tok)
+    u = np.full(n, DEFAULT_UTIL_CAP)
+    if not known.any():
+        return u
+    idx = np.flatnonzero(known)
+    args = (
+        phase[idx],
+        slots[idx],
+        ttft[idx],
+        np.nan_to_num(tpot[idx]),
+        out_tok[idx],
+        target_s[idx],
+        mu[idx],
+    )
+    lo = np.zeros(len(idx))
+    hi = np.ones(len(idx))
+    full_ok = attainment(mu[idx], *args) >= target
+    for _ in range(_BISECT_STEPS):
+        mid = 0.5 * (lo + hi)
+        ok = attainment(mid * mu[idx], *args) >= target
+        lo = np.where(ok, mid, lo)
+        hi = np.where(ok, hi, mid)
+    u[idx] = np.where(full_ok, 1.0, lo)
+    return u
+
+
+def capacity_share(configs: pd.DataFrame, buckets: pd.DataFrame, util_cap: float | None, target: float) -> np.ndarray:
+    """u_k of every row: the override ``util_cap`` when given, else the safe load for ``target``.
+    The one rule the planner, the heuristics and the evaluators read."""
+    if util_cap is not None:
+        return np.full(len(configs), float(util_cap))
+    return safe_load(configs, buckets, target)
+
+
+def row_shares(configs: pd.DataFrame, coeffs: Any, options: Any) -> np.ndarray:
+    """u_k of configuration rows for a planning run: ``options.util_cap`` when set, else the
+    coefficients' ``util_cap`` when set, else the safe load for ``options.attainment``."""
+    cap = options.util_cap if options.util_cap is not None else coeffs.util_cap
+    return capacity_share(configs, coeffs.buckets, cap, float(options.attainment))

@@ -1,0 +1,104 @@
+"""Tail classes (``formulations/allocation.md``, "Tail classes"): a class whose rate in an epoch is
+below ``PlanOptions.tail_rate_rps`` gets no vPod group of its own; it is served best-effort on the
+spare capacity of the nearest held group whose vPod type meets its SLO.
+
+Every planner (MILP, greedy, homogeneous) runs through :func:`plan_with_tail`: plan the epoch
+without its tail classes, route them (:func:`route_tail`), and when some found no room, plan again
+with those as ordinary classes (only then do they get vPods of their own). The routes are plan
+rows like any other, on the serving group (``EpochPlan.groups``), so the evaluator counts their
+load and the replay sends the class to that group.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from neuscale_opt.alloc.context import EpochContext, phases_for, restrict_classes
+from neuscale_opt.alloc.heuristics import EpochPlan
+
+EPS = 1e-9
+
+
+def tail_classes(ctx: EpochContext) -> dict[str, float]:
+    """Classes of the epoch below the tail rate, with their rates (req/s)."""
+    lim = ctx.options.tail_rate_rps
+    if lim is None or lim <= 0 or ctx.options.slice_factor is not None:
+        return {}  # off, or Mélange's slices: every class is cut into slices the model assigns
+    return {b: r for b, r in sorted(ctx.bucket_rate.items()) if r < lim}
+
+
+def route_tail(ctx: EpochContext, ep: EpochPlan, tail: dict[str, float]) -> tuple[EpochPlan, set[str]]:
+    """Put each tail class on held groups' spare capacity, nearest first: groups whose vPod type has
+    a usable configuration for the class (``ctx.configs``), ordered by the distance in prompt length
+    between the class and the nearest class the group serves, then by spare capacity (most first),
+    then by name. A class may be split over several groups. Returns the plan with the routes and
+    the classes that found no (or not enough) room, which are left out of the routes. When
+    disaggregated, each phase is routed; a class short in either phase is left out."""
+    cfg = ctx.configs
+    by_id = cfg.set_index("config_id")
+    tokens = ctx.input_tokens
+    load: dict[str, float] = {}
+    served: dict[str, set[str]] = {}
+    groups = dict(ep.groups)
+    vtype_of: dict[str, str] = {}
+    for k, x in ep.x.items():
+        g = groups.get(k, str(by_id.at[k, "group"]))
+        load[g] = load.get(g, 0.0) + x / float(by_id.at[k, "cap_rps"])
+        served.setdefault(g, set()).add(str(by_id.at[k, "bucket"]))
+        vtype_of[g] = str(by_id.at[k, "vpod_type"])
+    x_new = dict(ep.x)
+    left: set[str] = set()
+    for b, rate in tail.items():
+        for phase in phases_for(ctx.options.serving):  # disaggregated: prefill and decode each routed
+            options = []
+            for r in cfg[(cfg["bucket"] == b) & (cfg["phase"] == phase)].itertuples():
+                for g, vt in vtype_of.items():
+                    if vt != str(r.vpod_type) or ep.n.get(g, 0) <= 0:
+                        continue
+                    spare = ep.n[g] - load.get(g, 0.0)
+                    if spare <= EPS:
+                        continue
+                    dist = min(abs(math.log(tokens[b] / tokens[c])) for c in served[g])
+                    options.append((dist, -spare, g, str(r.config_id), float(r.cap_rps)))
+            need = rate
+            for _d, _s, g, k, cap in sorted(options):
+                spare = ep.n[g] - load.get(g, 0.0)
+                take = min(need, spare * cap)
+                if take <= EPS:
+                    continue
+                x_new[k] = x_new.get(k, 0.0) + take
+                groups[k] = g
+                load[g] = load.get(g, 0.0) + take / cap
+                need -= take
+                if need <= EPS * max(1.0, rate):
+                    break
+            if need > EPS * max(1.0, rate):
+                left.add(b)
+        if b in left:
+            for k in [k for k in x_new if k not in ep.x and str(by_id.at[k, "bucket"]) == b]:
+                g = groups.pop(k)
+                load[g] -= x_new.pop(k) / float(by_id.at[k, "cap_rps"])
+    return replace(ep, x=x_new, groups=groups), left
+
+
+def plan_with_tail(
+    ctx: EpochContext, planner: Callable[[EpochContext], tuple[EpochPlan, dict[str, Any]]]
+) -> tuple[EpochPlan, dict[str, Any]]:
+    """``planner`` on the epoch with its tail classes routed (module docstring). The info dict gets
+    ``tail_classes`` (routed) when there are any."""
+    tail = tail_classes(ctx)
+    if not tail:
+        return planner(ctx)
+    own: set[str] = set()
+    while True:  # each pass plans at least one more class as ordinary, so at most len(tail) + 1 passes
+        routed = {b: r for b, r in tail.items() if b not in own}
+        ep, info = planner(restrict_classes(ctx, set(ctx.bucket_rate) - set(routed)))
+        if ep.status == "infeasible":
+            return ep, info
+        ep, left = route_tail(ctx, ep, routed)
+        if not left:
+            return ep, ({**info, "tail_classes": sorted(routed)} if routed else info)
+        own |= left
