@@ -266,7 +266,9 @@ def add_objective_flags(p: argparse.ArgumentParser) -> None:
         help="bound another objective per epoch while minimising --objective, e.g. cost<=12.5 (USD), energy<=3e7 (J)",
     )
     p.add_argument("--pareto", action="store_true", help="write the energy-cost front of one epoch instead of a plan")
-    p.add_argument("--pareto-points", type=_positive_int, default=7, metavar="N", help="points of the front (default 7)")
+    p.add_argument(
+        "--pareto-points", type=_positive_int, default=7, metavar="N", help="points of the front (default 7)"
+    )
     p.add_argument("--pareto-epoch", type=int, default=None, metavar="E", help="epoch of the front (default: peak)")
     p.add_argument(
         "--attainment",
