@@ -35,6 +35,7 @@ import pandas as pd
 
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
+from neuscale_opt.energy import expected_energy_j_per_planned_req, mean_rate_ratio, static_energy_j
 from neuscale_opt.topology.check import check_placements
 from neuscale_opt.topology.pods import PLACEABLE, PodState, state_of
 from neuscale_opt.topology.slices import canonical, shape_str
@@ -112,9 +113,13 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
             mu = np.where(kv > 0, np.minimum(mu, bw / np.where(kv > 0, kv, 1.0)), mu)
         violations.extend(_kv_ttft_violations(ref, coeffs, bw, kv))
     rows["_load"] = rows["rate_rps"].astype(float).to_numpy() / (u * mu)
-    rows["_dyn_j"] = (ref["dyn_energy_j_per_req"].astype(float).fillna(0.0).to_numpy() + dcn_j) * rows[
-        "rate_rps"
-    ].astype(float).to_numpy()
+    # load-dependent energy (formulation E1-E7): expected dynamic energy per provisioned request at
+    # the design load of the row's vPods, and the share of provisioned requests that arrives
+    busy_j, marg_j = expected_energy_j_per_planned_req(ref, coeffs.buckets, u * mu, dcn_j)
+    rate = rows["rate_rps"].astype(float).to_numpy()
+    rows["_busy_j"] = busy_j * rate
+    rows["_dyn_j"] = (busy_j + marg_j) * rate
+    rows["_arriving_rps"] = mean_rate_ratio(ref, coeffs.buckets) * rate
     for col in ("static_power_w", "price_usd_per_hour", "embodied_kg_per_hour"):
         rows["_" + col] = ref[col].astype(float).fillna(0.0).to_numpy()
 
@@ -168,14 +173,17 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
 
     # -- accounting ---------------------------------------------------------------------------
     tokens = coeffs.buckets.set_index("bucket")
-    tok_per_req = (tokens["input_tokens"].astype(float) + tokens["output_tokens"].astype(float)).to_dict()
+    # tokens of the requests that arrive on average: provisioned rate x phi_b (formulation E7)
+    phi = dict(zip(tokens.index, mean_rate_ratio(tokens.reset_index(), coeffs.buckets), strict=True))
+    tok_per_req = {b: (float(r.input_tokens) + float(r.output_tokens)) * phi[b] for b, r in tokens.iterrows()}
     kg_per_j = coeffs.carbon_kg_per_kwh / J_PER_KWH
     per_epoch = []
     for e in coeffs.epochs:
         ge = groups[groups["epoch"] == e]
         re_ = rows[rows["epoch"] == e]
         dyn_j = float(re_["_dyn_j"].sum()) * t
-        static_j = float((ge["static_w"] * ge["n"].astype(float)).sum()) * t
+        busy_j = float(re_["_busy_j"].sum()) * t
+        static_j = float(static_energy_j(ge["static_w"], ge["n"].astype(float) * t).sum())
         energy = coeffs.pue * (dyn_j + static_j)
         cost = float((ge["price"] * ge["n"].astype(float)).sum()) * t / 3600.0
         carbon = energy * kg_per_j + float((ge["emb"] * ge["n"].astype(float)).sum()) * t / 3600.0
@@ -196,9 +204,13 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
                 "carbon_kg": carbon,
                 "unserved_rps": unserved_rps,
                 "tokens": tok,
+                "energy_static_j": static_j,
+                "energy_busy_j": busy_j,
+                "energy_dynamic_j": dyn_j,
             }
         )
     by_epoch = pd.DataFrame(per_epoch, columns=["epoch", "energy_j", "cost_usd", "carbon_kg", "unserved_rps", "tokens"])
+    parts = pd.DataFrame(per_epoch, columns=["energy_static_j", "energy_busy_j", "energy_dynamic_j"])
     peak = chips_used.groupby(level="chip").max() if len(chips_used) else pd.Series(dtype=float)
     energy = float(by_epoch["energy_j"].sum())
     cost = float(by_epoch["cost_usd"].sum())
@@ -212,6 +224,8 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         "tokens": tokens_total,
         "tokens_per_j": tokens_total / energy if energy > 0 else math.nan,
         "tokens_per_usd": tokens_total / cost if cost > 0 else math.nan,
+        # components before PUE (E1 static, E2 busy; dynamic = busy + marginal), as the replay's
+        **{c: float(parts[c].sum()) for c in parts.columns},
     }
     key = {"energy": "energy_j", "cost": "cost_usd", "carbon": "carbon_kg"}[solution.objective]
     penalty = float(solution.penalty_per_req) * t * sum(uns_map.values())
