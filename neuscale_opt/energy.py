@@ -131,3 +131,25 @@ def expected_energy_j_per_planned_req(
     phi = mean_rate_ratio(configs, buckets)
     busy, marg = request_energy_split_j(configs, phi * np.asarray(cap_rps, dtype=float))
     return phi * busy, phi * (marg + np.asarray(extra_j_per_req, dtype=float))
+
+
+def busy_energy_rate_w(configs: pd.DataFrame, arriving_rps, n_vpods, group) -> np.ndarray:
+    """E2 at a plan's own load (W, before PUE, per row): weight streaming of the rows' batched steps
+    when row k's ``arriving_rps`` requests/s spread over the ``n_vpods`` vPods of its ``group`` (rows
+    of one group share the vPods and their steps). Little's law adds up over the classes a vPod
+    serves: the group's time-averaged batch is ``sum_k n_k`` with ``n_k`` of E5 at ``arriving_k /
+    n_vpods``; its busy batch (E6) divides every row's steps. 0 for tables without
+    :data:`ENERGY_COLUMNS`."""
+    if not all(c in configs.columns for c in ENERGY_COLUMNS):
+        return np.zeros(len(configs))
+    col = {c: configs[c].astype(float).to_numpy() for c in (*ENERGY_COLUMNS, "batch")}
+    lam = np.asarray(arriving_rps, dtype=float)
+    n = np.asarray(n_vpods, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lam_v = np.where(n > 0, lam / np.where(n > 0, n, 1.0), 0.0)
+    nbar = mean_decode_batch(
+        lam_v, col["steps_per_req"], col["stall_s_per_req"], col["step_s_b1"], col["step_s"], col["batch"]
+    )
+    n_group = pd.Series(nbar).groupby(pd.Series(list(group))).transform("sum").to_numpy()
+    nb = busy_batch(np.minimum(n_group, col["batch"]), col["batch"])
+    return np.nan_to_num(lam * col["steps_per_req"] * col["step_fixed_energy_j"] / nb)

@@ -35,7 +35,12 @@ import pandas as pd
 
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
-from neuscale_opt.energy import expected_energy_j_per_planned_req, mean_rate_ratio, static_energy_j
+from neuscale_opt.energy import (
+    busy_energy_rate_w,
+    expected_energy_j_per_planned_req,
+    mean_rate_ratio,
+    static_energy_j,
+)
 from neuscale_opt.topology.check import check_placements
 from neuscale_opt.topology.pods import PLACEABLE, PodState, state_of
 from neuscale_opt.topology.slices import canonical, shape_str
@@ -113,13 +118,14 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
             mu = np.where(kv > 0, np.minimum(mu, bw / np.where(kv > 0, kv, 1.0)), mu)
         violations.extend(_kv_ttft_violations(ref, coeffs, bw, kv))
     rows["_load"] = rows["rate_rps"].astype(float).to_numpy() / (u * mu)
-    # load-dependent energy (formulation E1-E7): expected dynamic energy per provisioned request at
-    # the design load of the row's vPods, and the share of provisioned requests that arrives
-    busy_j, marg_j = expected_energy_j_per_planned_req(ref, coeffs.buckets, u * mu, dcn_j)
+    # load-dependent energy (formulation E1-E8) on the traffic that arrives on average (phi_b x the
+    # provisioned rate): marginal energy per request, weight streaming at each group's own load
     rate = rows["rate_rps"].astype(float).to_numpy()
-    rows["_busy_j"] = busy_j * rate
-    rows["_dyn_j"] = (busy_j + marg_j) * rate
-    rows["_arriving_rps"] = mean_rate_ratio(ref, coeffs.buckets) * rate
+    _, marg_j = expected_energy_j_per_planned_req(ref, coeffs.buckets, u * mu, dcn_j)
+    arriving = mean_rate_ratio(ref, coeffs.buckets) * rate
+    keys = rows["epoch"].astype(str) + "|" + rows["vpod_group"].astype(str)
+    rows["_busy_j"] = busy_energy_rate_w(ref, arriving, rows["n_vpods"].astype(float).to_numpy(), keys)
+    rows["_dyn_j"] = rows["_busy_j"] + marg_j * rate
     for col in ("static_power_w", "price_usd_per_hour", "embodied_kg_per_hour"):
         rows["_" + col] = ref[col].astype(float).fillna(0.0).to_numpy()
 
