@@ -539,6 +539,7 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
     phi = (sums["mean_rps"] / sums[col].where(sums[col] > 0)).fillna(1.0).clip(upper=1.0)
     buckets["mean_rate_ratio"] = buckets["bucket"].map(phi).astype(float).fillna(1.0).to_numpy()
     demand = dem[["epoch", "bucket", col]].rename(columns={col: "rate_rps"})
+    demand["mean_rps"] = dem["mean_rps"].to_numpy()  # the traffic that arrives (energy accounting)
     demand["bucket"] = demand["bucket"].astype(str)
     demand["epoch"] = demand["epoch"].astype(np.int64)
     return buckets, demand.reset_index(drop=True)

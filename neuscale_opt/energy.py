@@ -153,3 +153,17 @@ def busy_energy_rate_w(configs: pd.DataFrame, arriving_rps, n_vpods, group) -> n
     n_group = pd.Series(nbar).groupby(pd.Series(list(group))).transform("sum").to_numpy()
     nb = busy_batch(np.minimum(n_group, col["batch"]), col["batch"])
     return np.nan_to_num(lam * col["steps_per_req"] * col["step_fixed_energy_j"] / nb)
+
+
+def arrival_ratio(frame: pd.DataFrame, demand: pd.DataFrame, buckets: pd.DataFrame) -> np.ndarray:
+    """Share of each row's provisioned rate that arrives on average (rows with ``epoch`` and
+    ``bucket``): ``demand.mean_rps / demand.rate_rps`` of the row's epoch and class when the demand
+    table carries the trace's mean rates (``mean_rps``; a rolling plan's forecast demand gets the
+    actual epoch's mean), else phi_b (:func:`mean_rate_ratio`); 0 where nothing is provisioned."""
+    if "mean_rps" not in demand.columns:
+        return mean_rate_ratio(frame, buckets)
+    d = demand.set_index([demand["epoch"].astype(int), demand["bucket"].astype(str)])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = (d["mean_rps"].astype(float) / d["rate_rps"].astype(float)).where(d["rate_rps"] > 0, 0.0)
+    key = pd.MultiIndex.from_arrays([frame["epoch"].astype(int), frame["bucket"].astype(str)])
+    return ratio.reindex(key).fillna(0.0).to_numpy(dtype=float)

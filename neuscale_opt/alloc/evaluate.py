@@ -35,12 +35,7 @@ import pandas as pd
 
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
-from neuscale_opt.energy import (
-    busy_energy_rate_w,
-    expected_energy_j_per_planned_req,
-    mean_rate_ratio,
-    static_energy_j,
-)
+from neuscale_opt.energy import arrival_ratio, busy_energy_rate_w, request_energy_split_j, static_energy_j
 from neuscale_opt.topology.check import check_placements
 from neuscale_opt.topology.pods import PLACEABLE, PodState, state_of
 from neuscale_opt.topology.slices import canonical, shape_str
@@ -118,14 +113,15 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
             mu = np.where(kv > 0, np.minimum(mu, bw / np.where(kv > 0, kv, 1.0)), mu)
         violations.extend(_kv_ttft_violations(ref, coeffs, bw, kv))
     rows["_load"] = rows["rate_rps"].astype(float).to_numpy() / (u * mu)
-    # load-dependent energy (formulation E1-E8) on the traffic that arrives on average (phi_b x the
-    # provisioned rate): marginal energy per request, weight streaming at each group's own load
+    # load-dependent energy (formulation E1-E8) on the traffic that arrives on average (the
+    # arrival ratio x the provisioned rate): marginal energy per request, weight streaming at each
+    # group's own load
     rate = rows["rate_rps"].astype(float).to_numpy()
-    _, marg_j = expected_energy_j_per_planned_req(ref, coeffs.buckets, u * mu, dcn_j)
-    arriving = mean_rate_ratio(ref, coeffs.buckets) * rate
+    _, marg_j = request_energy_split_j(ref, u * mu)
+    arriving = arrival_ratio(rows, coeffs.demand, coeffs.buckets) * rate
     keys = rows["epoch"].astype(str) + "|" + rows["vpod_group"].astype(str)
     rows["_busy_j"] = busy_energy_rate_w(ref, arriving, rows["n_vpods"].astype(float).to_numpy(), keys)
-    rows["_dyn_j"] = rows["_busy_j"] + marg_j * rate
+    rows["_dyn_j"] = rows["_busy_j"] + (marg_j + dcn_j) * arriving
     for col in ("static_power_w", "price_usd_per_hour", "embodied_kg_per_hour"):
         rows["_" + col] = ref[col].astype(float).fillna(0.0).to_numpy()
 
@@ -179,9 +175,10 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
 
     # -- accounting ---------------------------------------------------------------------------
     tokens = coeffs.buckets.set_index("bucket")
-    # tokens of the requests that arrive on average: provisioned rate x phi_b (formulation E7)
-    phi = dict(zip(tokens.index, mean_rate_ratio(tokens.reset_index(), coeffs.buckets), strict=True))
-    tok_per_req = {b: (float(r.input_tokens) + float(r.output_tokens)) * phi[b] for b, r in tokens.iterrows()}
+    # tokens of the requests that arrive on average: served share of the provisioned rate x the
+    # arrival ratio (formulation, "Accounting")
+    tok_per_req = (tokens["input_tokens"].astype(float) + tokens["output_tokens"].astype(float)).to_dict()
+    dem_all = coeffs.demand.assign(arrival_ratio=arrival_ratio(coeffs.demand, coeffs.demand, coeffs.buckets))
     kg_per_j = coeffs.carbon_kg_per_kwh / J_PER_KWH
     per_epoch = []
     for e in coeffs.epochs:
@@ -194,10 +191,12 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         cost = float((ge["price"] * ge["n"].astype(float)).sum()) * t / 3600.0
         carbon = energy * kg_per_j + float((ge["emb"] * ge["n"].astype(float)).sum()) * t / 3600.0
         unserved_rps = sum(v for (ee, _), v in uns_map.items() if ee == e)
-        dem_e = coeffs.demand[coeffs.demand["epoch"] == e]
+        dem_e = dem_all[dem_all["epoch"] == e]
         tok = (
             sum(
-                max(float(r.rate_rps) - uns_map.get((e, str(r.bucket)), 0.0), 0.0) * tok_per_req.get(r.bucket, 0.0)
+                max(float(r.rate_rps) - uns_map.get((e, str(r.bucket)), 0.0), 0.0)
+                * float(r.arrival_ratio)
+                * tok_per_req.get(r.bucket, 0.0)
                 for r in dem_e.itertuples()
             )
             * t
