@@ -114,6 +114,14 @@ def _rel(p: float, r: float) -> float:
     return p / r - 1.0 if r and math.isfinite(p) and math.isfinite(r) else math.nan
 
 
+def _pct(x: float) -> str:
+    return f"{x:+.1%}" if math.isfinite(x) else "n/a"
+
+
+def _num(x: float, f: str = ".3g") -> str:
+    return format(x, f) if math.isfinite(x) else "n/a"
+
+
 def _rho(a: list[float], b: list[float]) -> float:
     if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
         return math.nan
@@ -136,12 +144,12 @@ def table(rows: list[Row]) -> tuple[str, list[dict[str, Any]]]:
             p, q = r.planned, r.replayed
             lines.append(
                 f"| {r.method} | {p['energy_j'] / 1e6:.4g} | {q['energy_j'] / 1e6:.4g} | "
-                f"{_rel(p['energy_j'], q['energy_j']):+.1%} | {p['cost_usd']:.4g} | {q['cost_usd']:.4g} | "
-                f"{_rel(p['cost_usd'], q['cost_usd']):+.1%} | "
-                f"{_rel(p['energy_static_j'], q['energy_static_j']):+.1%} | "
-                f"{p['energy_busy_j'] / 1e6:.3g} / {q['energy_busy_j'] / 1e6:.3g} | "
-                f"{p['energy_dynamic_j'] / 1e6:.3g} / {q['energy_dynamic_j'] / 1e6:.3g} | "
-                f"{q['slo_attainment']:.3f} | {r.plan_s:.1f} |"
+                f"{_pct(_rel(p['energy_j'], q['energy_j']))} | {p['cost_usd']:.4g} | {q['cost_usd']:.4g} | "
+                f"{_pct(_rel(p['cost_usd'], q['cost_usd']))} | "
+                f"{_pct(_rel(p['energy_static_j'], q['energy_static_j']))} | "
+                f"{_num(p['energy_busy_j'] / 1e6)} / {_num(q['energy_busy_j'] / 1e6)} | "
+                f"{_num(p['energy_dynamic_j'] / 1e6)} / {_num(q['energy_dynamic_j'] / 1e6)} | "
+                f"{_num(q['slo_attainment'], '.3f')} | {r.plan_s:.1f} |"
             )
         e_err = [abs(_rel(r.planned["energy_j"], r.replayed["energy_j"])) for r in rs]
         c_err = [abs(_rel(r.planned["cost_usd"], r.replayed["cost_usd"])) for r in rs]
