@@ -16,6 +16,7 @@ import pandas as pd
 from neuscale_opt.calibrate import chip_calibration
 from neuscale_opt.catalog import ChipSpec, ModelSpec, energy_spec, get_chip, get_model
 from neuscale_opt.coefficients import Coefficients, meets_slo
+from neuscale_opt.energy import fixed_step_energy_j
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import Instance
 from neuscale_opt.roofline import (
@@ -290,12 +291,27 @@ def evaluate_grid(
         pre = step_cost(
             model, hw_g, tp[k_idx], pp[k_idx], ep[k_idx], B, s_in[b_idx], 0.0, nodes=nodes[k_idx], attn_dp=dpa[k_idx]
         )
-    if "colocated" in want:
+    # expand kind x bucket -> kind x bucket x batch
+    g = k_idx * nb + b_idx
+    if "colocated" in want or "prefill" in want:
         pre1_small = step_cost(
             model, take_hw(hw_k, k1), tp[k1], pp[k1], ep[k1], 1.0, s_in[b1], 0.0, nodes=nodes[k1], attn_dp=dpa[k1]
         )
-        # expand kind x bucket -> kind x bucket x batch
-        g = k_idx * nb + b_idx
+    if "colocated" in want or "decode" in want:
+        # one sequence per decode step: the load-dependent energy model's small-batch end (E4, E5)
+        dec1 = step_cost(
+            model,
+            take_hw(hw_k, k1),
+            tp[k1],
+            pp[k1],
+            ep[k1],
+            1.0,
+            1.0,
+            s_in[b1] + s_out[b1] / 2.0,
+            mem_context=s_in[b1] + s_out[b1],
+            nodes=nodes[k1],
+            attn_dp=dpa[k1],
+        )
 
     chips_g = (tp * pp)[k_idx]
     so, si = s_out[b_idx], s_in[b_idx]
@@ -339,6 +355,16 @@ def evaluate_grid(
                 bound=np.where(dominant_prefill, pre1_small.bound[g], dec.bound),
                 mem_bytes_per_chip=np.maximum(dec.mem_bytes_per_chip, pre1_small.mem_bytes_per_chip[g]),
                 busy_s_per_req=busy,
+                **_energy_columns(
+                    dec1.energy_dyn_j[g],
+                    dec.energy_dyn_j,
+                    dec1.t_stage_s[g],
+                    dec.t_stage_s,
+                    B,
+                    so,
+                    pre1_small.energy_dyn_j[g],
+                    p1_stage,
+                ),
             )
         )
     if "prefill" in want:
@@ -359,6 +385,9 @@ def evaluate_grid(
                 bound=pre.bound,
                 mem_bytes_per_chip=pre.mem_bytes_per_chip,
                 busy_s_per_req=pre.t_stage_s / B,
+                **_energy_columns(
+                    pre1_small.energy_dyn_j[g], pre.energy_dyn_j, pre1_small.t_stage_s[g], pre.t_stage_s, B, 1.0
+                ),
             )
         )
     if "decode" in want:
@@ -379,6 +408,7 @@ def evaluate_grid(
                 bound=dec.bound,
                 mem_bytes_per_chip=dec.mem_bytes_per_chip,
                 busy_s_per_req=so * dec.t_stage_s / B,
+                **_energy_columns(dec1.energy_dyn_j[g], dec.energy_dyn_j, dec1.t_stage_s[g], dec.t_stage_s, B, so),
             )
         )
     nf = len(frames)
@@ -415,6 +445,33 @@ def evaluate_grid(
     # roofline itself, and object columns compare and group the same.
     df = pd.DataFrame({k: (pd.Series(v, dtype=object) if v.dtype == object else v) for k, v in cols.items()})
     return df
+
+
+def _energy_columns(
+    e_step_b1: np.ndarray,
+    e_step: np.ndarray,
+    t_step_b1: np.ndarray,
+    t_step: np.ndarray,
+    batch: np.ndarray,
+    steps_per_req: np.ndarray | float,
+    unbatched_j: np.ndarray | float = 0.0,
+    stall_s: np.ndarray | float = 0.0,
+) -> dict[str, np.ndarray]:
+    """The load-dependent energy columns (``neuscale_opt.energy.ENERGY_COLUMNS``) of a phase whose
+    batched step costs ``e_step`` J at ``batch`` and ``e_step_b1`` J with one sequence, done
+    ``steps_per_req`` times per request; ``unbatched_j`` is per-request energy outside the batched
+    steps (the colocated batch-1 prefill) and ``stall_s`` the time it stalls the batch."""
+    fixed = fixed_step_energy_j(e_step_b1, e_step, 1.0, batch)
+    n = np.broadcast_to(np.asarray(batch, dtype=float), np.shape(e_step))
+    steps = np.broadcast_to(np.asarray(steps_per_req, dtype=float), n.shape)
+    return {
+        "step_fixed_energy_j": np.broadcast_to(fixed, n.shape).astype(float),
+        "marginal_energy_j_per_req": unbatched_j + steps * (e_step - fixed) / n,
+        "steps_per_req": steps.astype(float),
+        "step_s_b1": np.broadcast_to(np.asarray(t_step_b1, dtype=float), n.shape).astype(float),
+        "step_s": np.broadcast_to(np.asarray(t_step, dtype=float), n.shape).astype(float),
+        "stall_s_per_req": np.broadcast_to(np.asarray(stall_s, dtype=float), n.shape).astype(float),
+    }
 
 
 def pareto_mask(df: pd.DataFrame, metric: str, by: tuple[str, ...] = ("bucket", "phase")) -> np.ndarray:
@@ -530,7 +587,13 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
     horizon_s = inst.epochs.horizon * inst.epochs.length_s if inst.epochs.horizon else None
     dem = epoch_demand(trace, spec, epoch_s=inst.epochs.length_s, subwindow_s=w.subwindow_s, horizon_s=horizon_s)
     col = "peak_rps" if w.provision_for == "peak" else "mean_rps"
+    # phi_b = mean arrival rate / provisioned rate over the horizon: the share of a provisioned
+    # request that arrives on average (the energy accounting's expected traffic, E7)
+    sums = dem.groupby(dem["bucket"].astype(str))[["mean_rps", col]].sum()
+    phi = (sums["mean_rps"] / sums[col].where(sums[col] > 0)).fillna(1.0).clip(upper=1.0)
+    buckets["mean_rate_ratio"] = buckets["bucket"].map(phi).astype(float).fillna(1.0).to_numpy()
     demand = dem[["epoch", "bucket", col]].rename(columns={col: "rate_rps"})
+    demand["mean_rps"] = dem["mean_rps"].to_numpy()  # the traffic that arrives (energy accounting)
     demand["bucket"] = demand["bucket"].astype(str)
     demand["epoch"] = demand["epoch"].astype(np.int64)
     demand = demand.reset_index(drop=True)

@@ -33,13 +33,25 @@ energy_j_per_req       J        dyn + static x busy time per request, at full lo
 cost_usd_per_req       USD      price x busy time per request at full load
 =====================  =======  ==============================================================
 
+Optional columns of the load-dependent energy model (``neuscale_opt.energy.ENERGY_COLUMNS``,
+``formulations/allocation.md`` "Load-dependent energy"; tables without them keep
+``dyn_energy_j_per_req`` as the energy per request): ``step_fixed_energy_j`` (J, the energy of a
+batched step that does not scale with its batch: weights streamed), ``marginal_energy_j_per_req``
+(J, the rest of a request's dynamic energy), ``steps_per_req`` (-, batched steps per request),
+``step_s_b1`` and ``step_s`` (s, pipeline occupancy of a step at batch 1 and at ``batch``),
+``stall_s_per_req`` (s, time a colocated prefill stalls the batch).
+
 ``demand`` - the rate to provision for: columns ``epoch`` (int), ``bucket``, ``rate_rps`` (req/s).
-Every (epoch, bucket) pair of the horizon is present (zeros included).
+Every (epoch, bucket) pair of the horizon is present (zeros included). Optional ``mean_rps``
+(req/s): the trace's mean rate of the epoch, the traffic that arrives on average (the evaluator
+accounts energy and tokens on it; absent = ``rate_rps`` x the class's ``mean_rate_ratio``).
 
 ``buckets`` - the request classes: ``bucket``, ``input_tokens``, ``output_tokens`` (representative
 lengths the roofline used), and the class's SLO targets ``ttft_slo_s``, ``tpot_slo_s``, ``e2e_slo_s``
 (s; NaN = no target), ordered as the user gave them. A configuration meets the SLO of its class when
 each of its latencies that has a target is at most that target (``neuscale_opt.coefficients.meets_slo``).
+Optional ``mean_rate_ratio`` (-): the class's mean arrival rate over its provisioned rate across the
+horizon (phi_b of the energy model; absent = 1).
 
 ``chips`` - per chip generation: ``chip``, ``healthy_chips`` (inventory; ``inf`` for unlimited),
 ``dcn_bytes_per_s`` (per chip), ``dcn_energy_j_per_byte``, ``price_usd_per_chip_hour``,

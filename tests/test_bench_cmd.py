@@ -22,7 +22,10 @@ def test_bench_rows_and_ratios(capsys, tmp_path):
     milp = rows["milp"]
     assert milp["status"] == "optimal" and milp["ratio_to_milp"] == 1.0
     assert milp["objective_value"] >= milp["bound"] * (1 - 1e-9)
-    assert 0.0 <= milp["gap_to_best_bound"] <= 1e-6
+    # the evaluated energy charges weight streaming at each group's own load (formulation E8), the
+    # MILP and its bound at the design load of a full vPod: the bound stays below, the gap is the
+    # planner's model error (0 for tables without the load-dependent energy columns)
+    assert milp["gap_to_best_bound"] >= -1e-9
     assert rows["unlimited"]["feasible"] is True
     for m in ("greedy", "homogeneous"):
         assert rows[m]["ratio_to_milp"] >= 1 - 1e-9

@@ -21,6 +21,7 @@ import pandas as pd
 from neuscale_opt.alloc.attainment import row_shares
 from neuscale_opt.alloc.options import DEFAULT_PENALTY_FACTOR, PlanOptions
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
+from neuscale_opt.energy import expected_energy_j_per_planned_req
 from neuscale_opt.errors import InputError
 from neuscale_opt.topology.patterns import GenPlacementData, fleet_placement_data
 from neuscale_opt.topology.pods import StateGroup, pod_states_from_frame
@@ -144,8 +145,13 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
 
 
 def objective_coefficients(cfg: pd.DataFrame, coeffs: Coefficients, objective: str, epoch_s: float):
-    """Per-request (a_k) and per-vPod-held-per-epoch (h_k) objective coefficients of each row."""
-    dyn = cfg["dyn_energy_j_per_req"].astype(float).fillna(0.0) + cfg["dcn_j_per_req"]
+    """Per-request (a_k) and per-vPod-held-per-epoch (h_k) objective coefficients of each row.
+
+    The dynamic energy per provisioned request is the load-dependent model's (E7 of the
+    formulation, :func:`neuscale_opt.energy.expected_energy_j_per_planned_req`) at the design load
+    ``phi_b c_k``."""
+    busy, marginal = expected_energy_j_per_planned_req(cfg, coeffs.buckets, cfg["cap_rps"], cfg["dcn_j_per_req"])
+    dyn = pd.Series(busy + marginal, index=cfg.index)
     static_j = cfg["static_power_w"].astype(float).fillna(0.0) * epoch_s
     price = cfg["price_usd_per_hour"].astype(float).fillna(0.0) * epoch_s / 3600.0
     emb = cfg["embodied_kg_per_hour"].astype(float).fillna(0.0) * epoch_s / 3600.0

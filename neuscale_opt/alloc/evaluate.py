@@ -36,6 +36,7 @@ import pandas as pd
 from neuscale_opt.alloc.attainment import row_shares
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
+from neuscale_opt.energy import arrival_ratio, busy_energy_rate_w, request_energy_split_j, static_energy_j
 from neuscale_opt.topology.check import check_placements
 from neuscale_opt.topology.pods import PLACEABLE, PodState, state_of
 from neuscale_opt.topology.slices import canonical, shape_str
@@ -113,9 +114,15 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         violations.extend(_kv_ttft_violations(ref, coeffs, bw, kv))
     u = row_shares(ref, coeffs, opts)
     rows["_load"] = rows["rate_rps"].astype(float).to_numpy() / (u * mu)
-    rows["_dyn_j"] = (ref["dyn_energy_j_per_req"].astype(float).fillna(0.0).to_numpy() + dcn_j) * rows[
-        "rate_rps"
-    ].astype(float).to_numpy()
+    # load-dependent energy (formulation E1-E8) on the traffic that arrives on average (the
+    # arrival ratio x the provisioned rate): marginal energy per request, weight streaming at each
+    # group's own load
+    rate = rows["rate_rps"].astype(float).to_numpy()
+    _, marg_j = request_energy_split_j(ref, u * mu)
+    arriving = arrival_ratio(rows, coeffs.demand, coeffs.buckets) * rate
+    keys = rows["epoch"].astype(str) + "|" + rows["vpod_group"].astype(str)
+    rows["_busy_j"] = busy_energy_rate_w(ref, arriving, rows["n_vpods"].astype(float).to_numpy(), keys)
+    rows["_dyn_j"] = rows["_busy_j"] + (marg_j + dcn_j) * arriving
     for col in ("static_power_w", "price_usd_per_hour", "embodied_kg_per_hour"):
         rows["_" + col] = ref[col].astype(float).fillna(0.0).to_numpy()
 
@@ -174,22 +181,28 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
 
     # -- accounting ---------------------------------------------------------------------------
     tokens = coeffs.buckets.set_index("bucket")
+    # tokens of the requests that arrive on average: served share of the provisioned rate x the
+    # arrival ratio (formulation, "Accounting")
     tok_per_req = (tokens["input_tokens"].astype(float) + tokens["output_tokens"].astype(float)).to_dict()
+    dem_all = coeffs.demand.assign(arrival_ratio=arrival_ratio(coeffs.demand, coeffs.demand, coeffs.buckets))
     kg_per_j = coeffs.carbon_kg_per_kwh / J_PER_KWH
     per_epoch = []
     for e in coeffs.epochs:
         ge = groups[groups["epoch"] == e]
         re_ = rows[rows["epoch"] == e]
         dyn_j = float(re_["_dyn_j"].sum()) * t
-        static_j = float((ge["static_w"] * ge["n"].astype(float)).sum()) * t
+        busy_j = float(re_["_busy_j"].sum()) * t
+        static_j = float(static_energy_j(ge["static_w"], ge["n"].astype(float) * t).sum())
         energy = coeffs.pue * (dyn_j + static_j)
         cost = float((ge["price"] * ge["n"].astype(float)).sum()) * t / 3600.0
         carbon = energy * kg_per_j + float((ge["emb"] * ge["n"].astype(float)).sum()) * t / 3600.0
         unserved_rps = sum(v for (ee, _), v in uns_map.items() if ee == e)
-        dem_e = coeffs.demand[coeffs.demand["epoch"] == e]
+        dem_e = dem_all[dem_all["epoch"] == e]
         tok = (
             sum(
-                max(float(r.rate_rps) - uns_map.get((e, str(r.bucket)), 0.0), 0.0) * tok_per_req.get(r.bucket, 0.0)
+                max(float(r.rate_rps) - uns_map.get((e, str(r.bucket)), 0.0), 0.0)
+                * float(r.arrival_ratio)
+                * tok_per_req.get(r.bucket, 0.0)
                 for r in dem_e.itertuples()
             )
             * t
@@ -202,9 +215,13 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
                 "carbon_kg": carbon,
                 "unserved_rps": unserved_rps,
                 "tokens": tok,
+                "energy_static_j": static_j,
+                "energy_busy_j": busy_j,
+                "energy_dynamic_j": dyn_j,
             }
         )
     by_epoch = pd.DataFrame(per_epoch, columns=["epoch", "energy_j", "cost_usd", "carbon_kg", "unserved_rps", "tokens"])
+    parts = pd.DataFrame(per_epoch, columns=["energy_static_j", "energy_busy_j", "energy_dynamic_j"])
     peak = chips_used.groupby(level="chip").max() if len(chips_used) else pd.Series(dtype=float)
     energy = float(by_epoch["energy_j"].sum())
     cost = float(by_epoch["cost_usd"].sum())
@@ -218,6 +235,8 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         "tokens": tokens_total,
         "tokens_per_j": tokens_total / energy if energy > 0 else math.nan,
         "tokens_per_usd": tokens_total / cost if cost > 0 else math.nan,
+        # components before PUE (E1 static, E2 busy; dynamic = busy + marginal), as the replay's
+        **{c: float(parts[c].sum()) for c in parts.columns},
     }
     key = {"energy": "energy_j", "cost": "cost_usd", "carbon": "carbon_kg"}[solution.objective]
     penalty = float(solution.penalty_per_req) * t * sum(uns_map.values())

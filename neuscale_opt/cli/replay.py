@@ -1,7 +1,7 @@
 """CLI command ``replay``: judge a plan by replaying a trace against it.
 
 ``neuscale-opt replay PLAN.json [--instance INSTANCE [--force]] [--trace TRACE] [--json PATH|-]
-[--requests PATH|-] [--create-delay S] [--cold-start]``
+[--requests PATH|-] [--create-delay S] [--cold-start] [--idle-fleet-power]``
 
 PLAN.json is a plan in the allocation planner's JSON contract; INSTANCE the instance it was made
 for (default: the instance the plan's provenance records, else the embedded default; an instance
@@ -29,6 +29,9 @@ HEADLINE: tuple[str, ...] = (
     "tokens_out",
     "tokens_per_joule",
     "tokens_per_usd",
+    "goodput_tokens_out",
+    "goodput_tokens_per_joule",
+    "goodput_tokens_per_usd",
     "p50_ttft_s",
     "p99_ttft_s",
     "p50_tpot_s",
@@ -57,6 +60,11 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
         help="seconds from an epoch boundary until an added vPod serves (default 30)",
     )
     p.add_argument("--cold-start", action="store_true", help="the vPods of epoch 0 also wait for the creation delay")
+    p.add_argument(
+        "--idle-fleet-power",
+        action="store_true",
+        help="also charge the static power of the fleet's healthy chips no vPod holds (default: not charged)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_replay)
 
@@ -89,7 +97,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         trace = load_trace_file(args.trace)
     else:
         trace = instance_trace(inst)
-    kw: dict = {"warm_start": not args.cold_start}
+    kw: dict = {"warm_start": not args.cold_start, "idle_fleet_power": args.idle_fleet_power}
     if args.create_delay is not None:
         kw["create_delay_s"] = args.create_delay
     from neuscale_opt.report.progress import progress_bar

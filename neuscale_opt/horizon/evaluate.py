@@ -109,6 +109,10 @@ def evaluate_schedule(
     covers its forecasts). ``inventory``: H_{c,t} (default: ``coeffs`` inventory in every epoch).
     """
     dem = coeffs.demand if demand is None else demand
+    if "mean_rps" in coeffs.demand.columns and "mean_rps" not in dem.columns:
+        # energy is accounted on the traffic that arrives: the actual epochs' mean rates
+        keys = ["epoch", "bucket"]
+        dem = dem.merge(coeffs.demand[[*keys, "mean_rps"]], on=keys, how="left").fillna({"mean_rps": 0.0})
     epochs = sorted(int(e) for e in dem["epoch"].unique())
     base_inv = coeffs.inventory()
     inv = inventory if inventory is not None else {(c, t): h for c, h in base_inv.items() for t in epochs}

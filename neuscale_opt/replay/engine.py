@@ -63,7 +63,7 @@ class _Vpod:
     __slots__ = (
         "vid", "group", "tab", "slots", "ready", "retired", "queue", "load", "n_act", "fin", "D", "base",
         "state", "t0", "tau", "k", "pm0", "ver", "rid", "cut", "held_from", "held_to", "busy_s", "work_s", "energy_j",
-        "phase", "inflight", "kv_j",
+        "phase", "inflight", "kv_j", "fixed_j",
     )  # fmt: skip
 
     def __init__(self, vid: int, group: _Group, t: float) -> None:
@@ -95,6 +95,7 @@ class _Vpod:
         self.phase = group.phase
         self.inflight = 0  # KV hand-offs pending: prefilled, not yet sent (prefill) / in transit (decode)
         self.kv_j = 0.0  # J of DCN energy of KV hand-offs (already in energy_j)
+        self.fixed_j = 0.0  # J of weight streaming of the batched steps (E2; already in energy_j)
 
 
 class _Group:
@@ -141,6 +142,7 @@ class EngineResult:
     decode_vpod: np.ndarray  # disaggregated: decode vPod id (-1 = colocated or never decoded)
     kv_transfer_s: np.ndarray  # disaggregated: KV hand-off time (NaN otherwise)
     energy_kv_j: np.ndarray  # per vPod: DCN energy of KV hand-offs (part of energy_dyn_j)
+    energy_busy_j: np.ndarray  # per vPod: weight streaming of the batched steps (E2, part of energy_dyn_j)
 
 
 def run(
@@ -199,6 +201,7 @@ def run(
                 for r in rids:
                     start[r] = t
                 v.energy_j += e
+                v.fixed_j += tab.pre_fixed_j
                 v.busy_s += stall
                 v.work_s += stall * len(rids) / tab.vtype.batch
                 v.state = PREFILLING
@@ -472,6 +475,7 @@ def run(
                     n = v.n_act
                     tab = v.tab
                     v.energy_j += k * (tab.e0[n] + tab.e1[n] * (v.pm0 + (k - 1) * 0.5))
+                    v.fixed_j += k * tab.fixed_j[n]
                     v.busy_s += t - v.t0
                     v.work_s += (t - v.t0) * n / v.slots
                     v.D += k
@@ -534,6 +538,7 @@ def run(
         decode_vpod=np.asarray(where_dec, dtype=np.int64),
         kv_transfer_s=np.asarray(xfer, dtype=np.float64),
         energy_kv_j=np.asarray([v.kv_j for v in vpods], dtype=np.float64),
+        energy_busy_j=np.asarray([v.fixed_j for v in vpods], dtype=np.float64),
     )
 
 

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients
+from neuscale_opt.energy import static_energy_j
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import Instance
 from neuscale_opt.replay.engine import EngineResult, EpochGroup, run
@@ -63,12 +64,16 @@ class ReplayOptions:
     storage. The vPod is held (paid, static power) during the delay. ``warm_start`` (default True):
     the vPods of epoch 0 exist before the horizon starts (ready and held from t = 0), so the replay
     judges the plan, not the cold start of an empty cluster. ``slo_rtol``: relative tolerance of
-    the SLO comparisons (as ``coefficients.meets_slo``).
+    the SLO comparisons (as ``coefficients.meets_slo``). ``idle_fleet_power`` (default False):
+    also charge the static power of the fleet's healthy chips that no vPod holds, over the horizon
+    (``energy_idle_fleet_j``, always reported, is then part of ``energy_j``); off by default because
+    idle chips can be powered down or lent to other work, and the planner does not own them.
     """
 
     create_delay_s: float = DEFAULT_CREATE_DELAY_S
     warm_start: bool = True
     slo_rtol: float = 1e-9
+    idle_fleet_power: bool = False
 
     def __post_init__(self) -> None:
         if not (self.create_delay_s >= 0 and math.isfinite(self.create_delay_s)):
@@ -235,6 +240,27 @@ def _peak_chips(start: np.ndarray, end: np.ndarray, chips: np.ndarray) -> int:
     return int(max(np.cumsum(d[order]).max(), 0))
 
 
+def _idle_fleet_static_j(
+    inst: Instance,
+    horizon_s: float,
+    vp_chip: np.ndarray,
+    vp_chips: np.ndarray,
+    held_s: np.ndarray,
+) -> float:
+    """Static energy (J, before PUE; E1) of the healthy chips of each generation that no vPod holds,
+    over the horizon: static W per chip x (healthy chips x horizon - chip-seconds held), >= 0."""
+    from neuscale_opt.candidates import chip_context
+
+    total = 0.0
+    for chip, healthy in inst.healthy_chips().items():
+        if not math.isfinite(float(healthy)):
+            continue
+        m = vp_chip == chip
+        idle_chip_s = max(float(healthy) * horizon_s - float((held_s[m] * vp_chips[m]).sum()), 0.0)
+        total += float(static_energy_j(float(chip_context(inst, chip).hw.static_w), idle_chip_s))
+    return total
+
+
 def _account(
     res: EngineResult,
     tr: pd.DataFrame,
@@ -287,7 +313,9 @@ def _account(
             "busy_s": res.busy_s,
             "work_s": res.work_s,
             "energy_dynamic_j": res.energy_dyn_j,
-            "energy_static_j": static_w * held_s,
+            "energy_busy_j": res.energy_busy_j,
+            "energy_marginal_j": res.energy_dyn_j - res.energy_busy_j,
+            "energy_static_j": static_energy_j(static_w, held_s),
             "cost_usd": price_h * held_s / SECONDS_PER_HOUR,
             "embodied_kg": emb_h * held_s / SECONDS_PER_HOUR,
         }
@@ -401,13 +429,15 @@ def _account(
     )
 
     dyn = float(res.energy_dyn_j.sum())
-    stat = float((static_w * held_s).sum())
-    energy = pue * (dyn + stat)
+    stat = float(static_energy_j(static_w, held_s).sum())
+    idle = _idle_fleet_static_j(inst, plan.n_epochs * inst.epochs.length_s, vp_chip, vp_chips, held_s)
+    energy = pue * (dyn + stat + (idle if opts.idle_fleet_power else 0.0))
     cost = float(vpods["cost_usd"].sum())
     chip_h = float((held_s * vp_chips).sum()) / SECONDS_PER_HOUR
     embodied = float(vpods["embodied_kg"].sum())
     carbon_op = energy / J_PER_KWH * intensity
     tokens_out = int(s_out[served].sum())
+    goodput = int(s_out[met].sum())
     n = len(arrival)
     totals: dict[str, Any] = {
         "requests": n,
@@ -422,6 +452,10 @@ def _account(
         "energy_j": energy,
         "energy_dynamic_j": dyn,
         "energy_static_j": stat,
+        "energy_busy_j": float(res.energy_busy_j.sum()),
+        "energy_marginal_j": dyn - float(res.energy_busy_j.sum()),
+        "energy_idle_fleet_j": idle,
+        "idle_fleet_power": opts.idle_fleet_power,
         "pue": pue,
         "cost_usd": cost,
         "carbon_kg": carbon_op + embodied,
@@ -431,6 +465,9 @@ def _account(
         "vpods_created": len(vtype),
         "tokens_per_joule": tokens_out / energy if energy > 0 else math.nan,
         "tokens_per_usd": tokens_out / cost if cost > 0 else math.nan,
+        "goodput_tokens_out": goodput,
+        "goodput_tokens_per_joule": goodput / energy if energy > 0 else math.nan,
+        "goodput_tokens_per_usd": goodput / cost if cost > 0 else math.nan,
         "p50_ttft_s": _pct(ttft, 50),
         "p99_ttft_s": _pct(ttft, 99),
         "p50_tpot_s": _pct(tpot, 50),
@@ -451,11 +488,22 @@ def _account(
         "trace": str(tr.attrs.get("label") or tr.attrs.get("source", "")),
         "model": coeffs.meta.get("model"),
         "slo": coeffs.meta.get("slo"),
-        "options": {"create_delay_s": opts.create_delay_s, "warm_start": opts.warm_start, "slo_rtol": opts.slo_rtol},
+        "options": {
+            "create_delay_s": opts.create_delay_s,
+            "warm_start": opts.warm_start,
+            "slo_rtol": opts.slo_rtol,
+            "idle_fleet_power": opts.idle_fleet_power,
+        },
         "units": {
             "energy_j": "J at the facility (PUE applied)",
             "energy_dynamic_j": "J at the chips, before PUE",
             "energy_static_j": "J at the chips, before PUE",
+            "energy_busy_j": "J at the chips, before PUE: weight streaming of the batched steps (part of dynamic)",
+            "energy_marginal_j": "J at the chips, before PUE: dynamic less busy",
+            "energy_idle_fleet_j": "J at the chips, before PUE: static power of healthy chips no vPod holds",
+            "goodput_tokens_out": "output tokens of requests that met their SLO",
+            "goodput_tokens_per_joule": "goodput_tokens_out / energy_j",
+            "goodput_tokens_per_usd": "goodput_tokens_out / cost_usd",
             "cost_usd": "USD (chip-hours held x price)",
             "carbon_kg": "kgCO2e (operational + embodied)",
             "tokens_per_joule": "output tokens / energy_j",

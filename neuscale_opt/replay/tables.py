@@ -50,12 +50,13 @@ else the chip's ICI energy per byte: the ``dcn_energy_j_per_byte`` column of
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from neuscale_opt.candidates import chip_context, effective_model
 from neuscale_opt.catalog import get_chip
+from neuscale_opt.energy import fixed_step_energy_j
 from neuscale_opt.instance import Instance
 from neuscale_opt.replay.plan import VpodType
 from neuscale_opt.roofline import for_slice, step_cost, vpod_nodes
@@ -95,6 +96,10 @@ class StepTable:
     attn_c: float = 0.0  # s of compute roof per attention pair (a_c)
     attn_e: float = 0.0  # J per attention pair (a_e)
     stage_overhead_s: float = 0.0  # s, fixed per-layer overhead of a stage's L/pp layers (R8)
+    # weight streaming (the step energy that does not scale with the batch, energy.E4): per decode
+    # round of n sequences (q micro-batches, each streams the weights), and per batched prefill step
+    fixed_j: list[float] = field(default_factory=list)
+    pre_fixed_j: float = 0.0
 
     def decode_step(self, n: int, mean_ctx: float) -> tuple[float, float]:
         """(seconds, dynamic joules) of one decode round of ``n`` sequences at mean past context."""
@@ -137,6 +142,12 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
         return [math.nan, *np.broadcast_to(np.asarray(a, dtype=np.float64), n.shape).tolist()]
 
     p2p = lo.latency_s - pp * lo.t_stage_s
+    # E4 between batch 1 and the type's batch (at least 2), as the planner's coefficients (at P = 0:
+    # the intercept does not depend on the context)
+    b_probe = float(max(vt.batch, 2))
+    d1 = step_cost(model, hw, tp, pp, ep, 1.0, 1.0, 0.0, nodes=nodes)
+    d2 = step_cost(model, hw, tp, pp, ep, b_probe, 1.0, 0.0, nodes=nodes)
+    w_round = float(fixed_step_energy_j(d1.energy_dyn_j, d2.energy_dyn_j, 1.0, b_probe))
     s = np.arange(0, max(int(max_input), 0) + 1, dtype=np.float64)
     pre = step_cost(model, hw, tp, pp, ep, 1.0, s, 0.0, nodes=nodes)
     chips = float(vt.chips)
@@ -172,6 +183,8 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
         pre_stall=np.broadcast_to(pre.t_stage_s, s.shape).tolist(),
         pre_lat=np.broadcast_to(pre.latency_s, s.shape).tolist(),
         pre_energy=np.broadcast_to(pre.energy_dyn_j, s.shape).tolist(),
+        fixed_j=pad(q * w_round),
+        pre_fixed_j=_prefill_fixed_j(model, hw, tp, pp, ep, nodes, vt, max_input),
         static_w=chips * float(ctx.hw.static_w),
         price_usd_per_hour=chips * ctx.price_usd_per_chip_hour,
         embodied_kg_per_hour=chips * ctx.embodied_kg_per_chip_hour,
@@ -181,3 +194,16 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
         stage_overhead_s=float(model.n_layers) / pp * float(hw.layer_s),
         **batched,
     )
+
+
+def _prefill_fixed_j(model, hw, tp: float, pp: float, ep: float, nodes: int, vt: VpodType, max_input: int) -> float:
+    """Weight streaming of one batched prefill step (E4 between batches 1 and max(batch, 2) at the
+    trace's longest prompt; the intercept does not depend on the prompt for dense models), 0 for
+    colocated and decode types: their prefill is batch 1 and charged per request."""
+    if vt.phase != "prefill":
+        return 0.0
+    b = float(max(vt.batch, 2))
+    s_in = float(max(max_input, 1))
+    e1 = step_cost(model, hw, tp, pp, ep, 1.0, s_in, 0.0, nodes=nodes).energy_dyn_j
+    eb = step_cost(model, hw, tp, pp, ep, b, s_in, 0.0, nodes=nodes).energy_dyn_j
+    return float(fixed_step_energy_j(e1, eb, 1.0, b))

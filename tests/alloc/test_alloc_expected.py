@@ -35,7 +35,10 @@ def test_canonical_optimum(case, backend):
     ref = coeffs.with_unlimited_inventory() if case["method"] == "unlimited" else coeffs
     ev = evaluate(sol, ref)
     assert ev.feasible, ev.violations
-    assert ev.objective_value == pytest.approx(case["objective_value"], rel=RTOL)
+    # tables with the load-dependent energy columns: the evaluator charges weight streaming at each
+    # group's own load (formulation E8), never below the MILP's design-load objective
+    assert ev.objective_value == pytest.approx(case.get("evaluated_objective_value", case["objective_value"]), rel=RTOL)
+    assert ev.objective_value >= sol.objective_value * (1 - RTOL)
     if sol.bound == sol.bound:  # MILP: the proven bound closes the gap
         assert sol.bound == pytest.approx(case["objective_value"], rel=RTOL)
 

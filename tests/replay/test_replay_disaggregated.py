@@ -136,6 +136,13 @@ def azure():
 
     inst = load_instance(DEFAULT_INSTANCE)
     coeffs = build_coefficients(inst)
+    # prefill vPods without pipeline stages: the SLO check holds at each class's representative
+    # (mean) prompt, and a batch-1 pipelined prefill (tp 1, pp 4), whose TTFT grows with the prompt
+    # through every stage, sits at the TTFT target there, so every longer prompt of the class
+    # misses; the load-dependent energy model makes it as cheap as a batched prefill, so the plan
+    # here keeps to pp = 1 prefill configurations, whose TTFT has slack for the longer prompts
+    cfg = coeffs.configs
+    coeffs = replace(coeffs, configs=cfg[(cfg["phase"] != "prefill") | (cfg["pp"] == 1)].reset_index(drop=True))
     sol = plan(coeffs, PlanOptions.from_instance(inst, serving="disaggregated")).to_dict()
     assert {r["phase"] for r in sol["allocations"]} == {"prefill", "decode"}
     raw = tomllib.loads(DEFAULT_INSTANCE.read_text(encoding="utf-8"))

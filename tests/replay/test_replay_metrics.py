@@ -1,0 +1,70 @@
+"""Replay metrics of the energy model: the weight-streaming share of the steps (formulation E2/E4),
+goodput (output tokens of requests that met their SLO) per joule and per dollar, and the optional
+static power of idle fleet chips, each against hand-computed values."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from replay_builders import plan_of, row, tiny_instance, trace_of
+
+from neuscale_opt.candidates import chip_context, effective_model
+from neuscale_opt.replay import ReplayOptions, replay
+from neuscale_opt.roofline import step_cost
+
+INST = tiny_instance()
+MODEL = effective_model(INST)
+HW = replace(chip_context(INST, "tpu-v6e").hw, coll_bw=np.float64(1.0), a2a_dist=np.float64(1.0))
+STATIC_W = {c: float(chip_context(INST, c).hw.static_w) for c in ("tpu-v6e", "tpu-v5e")}
+
+
+def _decode_j(n: int, p: float) -> float:
+    return float(step_cost(MODEL, HW, 1.0, 1.0, 1.0, float(n), 1.0, p).energy_dyn_j)
+
+
+def _prefill(s: int) -> tuple[float, float]:
+    c = step_cost(MODEL, HW, 1.0, 1.0, 1.0, 1.0, float(s), 0.0)
+    return float(c.latency_s), float(c.energy_dyn_j)
+
+
+def test_busy_share_is_the_weights_of_every_decode_round():
+    res = replay(plan_of([row(0, "a", 1)]), INST, trace_of([(0.0, 100, 3, "a")]))
+    # weights of a round: the intercept of the round energy in the batch (2 E(1) - E(2), dense)
+    weights_j = 2.0 * _decode_j(1, 0.0) - _decode_j(2, 0.0)
+    assert weights_j > 0
+    t = res.totals
+    assert t["energy_busy_j"] == pytest.approx(3 * weights_j, rel=1e-9)
+    assert t["energy_marginal_j"] == pytest.approx(t["energy_dynamic_j"] - 3 * weights_j, rel=1e-9)
+    assert res.vpods["energy_busy_j"].sum() == pytest.approx(t["energy_busy_j"])
+
+
+def test_goodput_counts_only_requests_that_met_their_slo():
+    lat, _ = _prefill(512)
+    inst = tiny_instance(slo={"mode": "absolute", "ttft_s": 1.5 * lat})
+    # two prompts at once on one vPod: the second waits for the first's prefill and misses TTFT
+    trace = trace_of([(0.0, 512, 7, "a"), (0.0, 512, 5, "a"), (50.0, 512, 11, "a")])
+    res = replay(plan_of([row(0, "a", 1)]), inst, trace)
+    t = res.totals
+    assert list(res.requests["slo_met"]) == [True, False, True]
+    assert t["tokens_out"] == 7 + 5 + 11
+    assert t["goodput_tokens_out"] == 7 + 11
+    assert t["goodput_tokens_per_joule"] == pytest.approx(18 / t["energy_j"])
+    assert t["goodput_tokens_per_usd"] == pytest.approx(18 / t["cost_usd"])
+    assert t["tokens_per_joule"] == pytest.approx(23 / t["energy_j"])  # old field kept
+
+
+def test_idle_fleet_power_is_optional_and_hand_computed():
+    plan = plan_of([row(0, "a", 1)])  # one v6e chip held for the 100-s epoch
+    trace = trace_of([(0.0, 100, 3, "a")])
+    off = replay(plan, INST, trace)
+    on = replay(plan, INST, trace, ReplayOptions(idle_fleet_power=True))
+    # fleet: 8 v6e chips (1 held) and 16 v5e chips (none held), over 100 s
+    idle_j = (8 * 100.0 - 100.0) * STATIC_W["tpu-v6e"] + 16 * 100.0 * STATIC_W["tpu-v5e"]
+    assert off.totals["energy_idle_fleet_j"] == pytest.approx(idle_j)
+    assert on.totals["energy_idle_fleet_j"] == pytest.approx(idle_j)
+    assert off.totals["idle_fleet_power"] is False and on.totals["idle_fleet_power"] is True
+    assert on.totals["energy_j"] == pytest.approx(off.totals["energy_j"] + 1.1 * idle_j)
+    assert on.totals["cost_usd"] == off.totals["cost_usd"]
+    assert on.meta["options"]["idle_fleet_power"] is True
