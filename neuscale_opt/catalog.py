@@ -15,10 +15,12 @@ import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from neuscale_opt.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 GIB = 2**30
 DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -34,9 +36,21 @@ def _data_path(name: str):
     return resources.files("neuscale_opt.data").joinpath(name)
 
 
-def _read_csv(name: str) -> pd.DataFrame:
+def _read_csv(name: str) -> pd.DataFrame:  # the whole table, for listings
+    import pandas as pd
+
     with _data_path(name).open("r", encoding="utf-8") as fh:
         return pd.read_csv(fh, keep_default_na=True)
+
+
+def _records(name: str) -> list[dict[str, Any]]:
+    """The rows of a catalog CSV as dicts of strings, an empty cell as NaN (as pandas reads it);
+    read with the standard csv module so that loading the catalogs does not import pandas (CLI
+    start-up)."""
+    import csv
+
+    with _data_path(name).open("r", encoding="utf-8", newline="") as fh:
+        return [{k: (math.nan if v == "" else v) for k, v in row.items()} for row in csv.DictReader(fh)]
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,10 @@ def _shape(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in str(text).split("x"))
 
 
+def _missing(v) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
 def _num(v, default: float = math.nan) -> float:
     try:
         f = float(v)
@@ -117,9 +135,8 @@ def _num(v, default: float = math.nan) -> float:
 @cache
 def load_chips() -> dict[str, ChipSpec]:
     """The chip catalog keyed by name (``tpu-v4``, ``tpu-v5e``, ``tpu-v5p``, ``tpu-v6e``, ...)."""
-    df = _read_csv("chips.csv")
     out: dict[str, ChipSpec] = {}
-    for r in df.to_dict("records"):
+    for r in _records("chips.csv"):
         out[r["name"]] = ChipSpec(
             name=r["name"],
             label=r["label"],
@@ -145,7 +162,7 @@ def load_chips() -> dict[str, ChipSpec]:
             eff_compute=float(r["eff_compute"]),
             eff_hbm=float(r["eff_hbm"]),
             eff_ici=float(r["eff_ici"]),
-            neusim_config="" if pd.isna(r["neusim_config"]) else str(r["neusim_config"]),
+            neusim_config="" if _missing(r["neusim_config"]) else str(r["neusim_config"]),
             inferred=tuple(x for x in str(r["inferred"]).split(";") if x and x != "nan"),
             source=str(r["source"]),
             peak_8bit_tflops=_num(r["peak_8bit_tflops"]),
@@ -337,9 +354,8 @@ def _int(v, default: int = 0) -> int:
 
 @cache
 def load_models() -> dict[str, ModelSpec]:
-    df = _read_csv("models.csv")
     out: dict[str, ModelSpec] = {}
-    for r in df.to_dict("records"):
+    for r in _records("models.csv"):
         hd = _int(r["head_dim"])
         out[r["name"]] = ModelSpec(
             name=r["name"],
@@ -454,8 +470,7 @@ def genz_energy(chip: ChipSpec) -> EnergySpec:
 
 @cache
 def _neuscale_rows() -> dict[str, dict]:
-    df = _read_csv("energy_profiles.csv")
-    return {r["chip"]: r for r in df[df["profile"] == "neuscale"].to_dict("records")}
+    return {r["chip"]: r for r in _records("energy_profiles.csv") if r["profile"] == "neuscale"}
 
 
 def neuscale_energy(chip: ChipSpec, row: dict) -> EnergySpec:
@@ -506,7 +521,7 @@ def energy_spec(chip: ChipSpec, profile: str) -> EnergySpec:
     return genz_energy(chip)
 
 
-def catalog_frames() -> dict[str, pd.DataFrame]:
+def catalog_frames() -> dict[str, Any]:
     """The shipped catalogs as DataFrames (for listing, reports and the source-column test)."""
     return {
         "chips": _read_csv("chips.csv"),
