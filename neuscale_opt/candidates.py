@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from neuscale_opt.calibrate import chip_calibration
-from neuscale_opt.catalog import ChipSpec, ModelSpec, energy_spec, get_chip, get_model
+from neuscale_opt.catalog import ChipSpec, ModelSpec, energy_spec, energy_spec_with, get_chip, get_model
 from neuscale_opt.coefficients import Coefficients, meets_slo
 from neuscale_opt.energy import fixed_step_energy_j
 from neuscale_opt.errors import InputError
@@ -162,14 +162,11 @@ def chip_context(inst: Instance, name: str) -> ChipContext:
     if entry is not None:
         th = inst.derate(name).thermal
         eff = (eff[0] * th, eff[1] * th, eff[2])
-    es = energy_spec(chip, inst.energy.profile)
     ov = next((o for o in inst.energy.chip_overrides if o.chip == name), None)
-    if ov is not None:  # 1 / (TFLOP/J * 1e12) = J/FLOP; 1 / (GB/J * 1e9) = J/byte
-        es = replace(
-            es,
-            j_per_flop=es.j_per_flop if ov.tflop_per_j is None else 1.0 / (ov.tflop_per_j * 1e12),
-            j_per_hbm_byte=es.j_per_hbm_byte if ov.hbm_gb_per_j is None else 1.0 / (ov.hbm_gb_per_j * 1e9),
-        )
+    if ov is None:
+        es = energy_spec(chip, inst.energy.profile)
+    else:  # a sweep's TFLOP/J or HBM GB/J, read as the profile reads its own figures
+        es = energy_spec_with(chip, inst.energy.profile, ov.tflop_per_j, ov.hbm_gb_per_j)
     hw = hw_rows_for(chip, es, 0.0, 1.0, inst.search.hbm_usable_fraction, hop_s, eff, layer_s)
     emb_h = embodied / (inst.energy.embodied_lifetime_years * HOURS_PER_YEAR) if not math.isnan(embodied) else math.nan
     return ChipContext(chip, hw, price, emb_h, es.profile)

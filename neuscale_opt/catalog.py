@@ -504,6 +504,36 @@ def neuscale_energy(chip: ChipSpec, row: dict) -> EnergySpec:
     )
 
 
+def neuscale_row(chip: str) -> dict:
+    """The ``neuscale`` row of ``energy_profiles.csv`` for ``chip`` (the paper's figures)."""
+    return dict(_neuscale_rows()[chip])
+
+
+def energy_spec_with(
+    chip: ChipSpec, profile: str, tflop_per_j: float | None = None, hbm_gb_per_j: float | None = None
+) -> EnergySpec:
+    """:func:`energy_spec` with the chip's TFLOP/J and HBM GB/J replaced (sensitivity sweeps), read
+    the way the profile reads its own figures: all-in and capped at TDP for ``neuscale``
+    (:func:`neuscale_energy`), as dynamic energy per FLOP and per byte otherwise."""
+    es = energy_spec(chip, profile)
+    if tflop_per_j is None and hbm_gb_per_j is None:
+        return es
+    if es.profile == "neuscale":
+        row = dict(_neuscale_rows()[chip.name])
+        if tflop_per_j is not None:
+            row["tflop_per_j"] = tflop_per_j
+        if hbm_gb_per_j is not None:
+            row["hbm_gb_per_j"] = hbm_gb_per_j
+        return neuscale_energy(chip, row)
+    from dataclasses import replace
+
+    return replace(
+        es,
+        j_per_flop=es.j_per_flop if tflop_per_j is None else 1.0 / (tflop_per_j * 1e12),
+        j_per_hbm_byte=es.j_per_hbm_byte if hbm_gb_per_j is None else 1.0 / (hbm_gb_per_j * 1e9),
+    )
+
+
 def energy_spec(chip: ChipSpec, profile: str) -> EnergySpec:
     """Energy coefficients of ``chip`` under ``profile``, falling back to ``genz`` where the
     profile has no figures for the chip (the returned ``profile`` field says which was used).

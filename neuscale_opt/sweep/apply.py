@@ -98,6 +98,10 @@ def base_value(inst: Instance, path: str) -> Any:
         if ov is not None and getattr(ov, field) is not None:
             return float(getattr(ov, field))
         es = energy_spec(get_chip(chip), inst.energy.profile)
+        if es.profile == "neuscale":  # the paper's figure itself (read all-in by the catalog)
+            from neuscale_opt.catalog import neuscale_row
+
+            return float(neuscale_row(chip)[field])
         return 1.0 / (es.j_per_flop * 1e12) if field == "tflop_per_j" else 1.0 / (es.j_per_hbm_byte * 1e9)
     if kind == "fleet":
         i, field = args

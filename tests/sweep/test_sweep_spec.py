@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from neuscale_opt.candidates import build_coefficients, chip_context
+from neuscale_opt.catalog import get_chip, neusim_energy
 from neuscale_opt.cli import main
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import load_instance
@@ -58,7 +59,11 @@ def test_energy_path_changes_the_chip_coefficients_as_the_profile_would():
     new = apply_values(base, {"catalog.energy_profiles[neuscale][tpu-v6e].tflop_per_j": 7.0})
     j_old = float(chip_context(base, "tpu-v6e").hw.j_flop)
     j_new = float(chip_context(new, "tpu-v6e").hw.j_flop)
-    assert j_new == pytest.approx(1.0 / 7e12) and j_old == pytest.approx(1.0 / 3.5e12)
+    # the neuscale reading (catalog.neuscale_energy): all-in power peak / (TFLOP/J), capped at the
+    # 350 W TDP, less the static power, per peak FLOP/s (918 TFLOP/s)
+    static = neusim_energy(get_chip("tpu-v6e")).static_w
+    assert j_new == pytest.approx((min(918e12 / 7e12, 350.0) - static) / 918e12)
+    assert j_old == pytest.approx((min(918e12 / 3.5e12, 350.0) - static) / 918e12)
     # the other generation and the HBM figure keep their values
     assert chip_context(new, "tpu-v5e").hw.j_flop == chip_context(base, "tpu-v5e").hw.j_flop
     assert chip_context(new, "tpu-v6e").hw.j_hbm == chip_context(base, "tpu-v6e").hw.j_hbm
