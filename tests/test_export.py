@@ -321,8 +321,12 @@ def row(epoch: int, chip: str, shape: str, tp: int, n: int, bucket: str = "short
     chips = math.prod(int(x) for x in shape.split("x"))
     return {"epoch": epoch, "bucket": bucket, "phase": "colocated", "chip": chip, "shape": shape,
             "chips_per_vpod": chips, "tp": tp, "pp": chips // tp, "ep": 1, "batch": 64, "n_vpods": n,
-            "rate_rps": 1.0,
-            "vpod_group": f"{chip}:{shape}:tp{tp}pp{chips // tp}ep1:b64:colocated|{bucket}"}  # fmt: skip
+            "rate_rps": 1.0}  # fmt: skip
+
+
+def named(r: dict) -> dict:
+    """``r`` with its dedicated vPod group named explicitly (the reader's default variant is pooled)."""
+    return {**r, "vpod_group": f"{r['chip']}:{r['shape']}:tp{r['tp']}pp{r['pp']}ep1:b64:colocated|{r['bucket']}"}
 
 
 def test_scale_actions_between_two_epochs_match_a_hand_built_example(tmp_path):
@@ -330,12 +334,12 @@ def test_scale_actions_between_two_epochs_match_a_hand_built_example(tmp_path):
     the v5e 4x4 gone, two v5e 4x8 (a shape change: new pools), the v5p unchanged."""
     plan_json = {
         "allocations": [
-            row(0, "tpu-v6e", "2x4", 8, 2),
-            row(0, "tpu-v5e", "4x4", 16, 1, "long"),
-            row(0, "tpu-v5p", "2x2x1", 4, 1, "mid"),
-            row(1, "tpu-v6e", "2x4", 8, 3),
-            row(1, "tpu-v5e", "4x8", 8, 2, "long"),
-            row(1, "tpu-v5p", "2x2x1", 4, 1, "mid"),
+            named(row(0, "tpu-v6e", "2x4", 8, 2)),
+            named(row(0, "tpu-v5e", "4x4", 16, 1, "long")),
+            named(row(0, "tpu-v5p", "2x2x1", 4, 1, "mid")),
+            named(row(1, "tpu-v6e", "2x4", 8, 3)),
+            named(row(1, "tpu-v5e", "4x8", 8, 2, "long")),
+            named(row(1, "tpu-v5p", "2x2x1", 4, 1, "mid")),
         ]
     }
     p = tmp_path / "hand.json"
