@@ -75,26 +75,29 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_plan)
 
 
-def _positive_float(text: str) -> float:
+def _float_arg(text: str, ok, rule: str) -> float:
+    """A finite float argument for which ``ok(value)`` holds (argparse ``type``); ``rule`` says which."""
     import math
 
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    if not (math.isfinite(v) and ok(v)):
+        raise argparse.ArgumentTypeError(f"must be {rule}, got {text!r}")
     return v
+
+
+def _positive_float(text: str) -> float:
+    return _float_arg(text, lambda v: v > 0, "a finite number > 0")
+
+
+def _nonnegative_float(text: str) -> float:
+    return _float_arg(text, lambda v: v >= 0, "a finite number >= 0")
 
 
 def _gap(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= v < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text!r}")
-    return v
+    return _float_arg(text, lambda v: 0 <= v < 1, "in [0, 1)")
 
 
 def _positive_int(text: str) -> int:
@@ -284,18 +287,6 @@ def add_objective_flags(p: argparse.ArgumentParser) -> None:
         metavar="RPS",
         help="classes below this rate get no vPod group of their own (default: planning.tail_rate_rps)",
     )
-
-
-def _nonnegative_float(text: str) -> float:
-    import math
-
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(v) and v >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return v
 
 
 def with_bounds(args: argparse.Namespace, options: PlanOptions) -> PlanOptions:
