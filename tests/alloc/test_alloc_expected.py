@@ -19,11 +19,7 @@ from neuscale_opt.alloc.plan import plan
 CASES = EXPECTED["cases"]
 RTOL = EXPECTED["rtol"]
 
-
-#: the unplaceable scenario's regression values were derived under the pure roofline and the old
-#: capacity model; they must be re-derived for the corrected, pooled, attainment-sized model
-_STALE = pytest.mark.xfail(reason="unplaceable regression values to re-derive", strict=False)
-_PARAMS = [pytest.param(c, id=c["id"], marks=_STALE if c["id"].startswith("unplaceable/") else ()) for c in CASES]
+_PARAMS = [pytest.param(c, id=c["id"]) for c in CASES]
 
 
 @pytest.mark.parametrize("backend", ["highs", "ortools"])

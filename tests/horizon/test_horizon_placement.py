@@ -23,6 +23,7 @@ from neuscale_opt.horizon.params import HorizonParams
 from neuscale_opt.horizon.rolling import plan_full
 from neuscale_opt.instance import load_instance, parse_instance
 from neuscale_opt.topology.check import check_placements
+from neuscale_opt.topology.patterns import brute_force_feasible
 from neuscale_opt.topology.pods import state_of
 
 UNPLACEABLE = ROOT / "instances" / "placement" / "unplaceable.toml"
@@ -54,6 +55,31 @@ def _pods(coeffs) -> dict:
     return {str(r.pod): state_of(r.chip, r.dims, r.failed) for r in coeffs.pods.itertuples()}
 
 
+def _v6e(counts: dict, t: int) -> dict[str, int]:
+    return {s: n for (e, c, s), n in counts.items() if e == t and c == V6E}
+
+
+def _fits(coeffs, counts: dict[str, int]) -> bool:
+    """Exact search over the fragmented v6e pod's placements."""
+    return brute_force_feasible(_pods(coeffs)["tpu-v6e/0"], counts)
+
+
+def _placeable_and_full(sol, coeffs) -> None:
+    """Every epoch's v6e slices fit the pod at once (exact search), and the pod's undamaged hosts
+    are full: one more 2x4 slice would not fit. The rest is served on the counted v5e reservation."""
+    counts = _counts(sol)
+    for t in range(len(RATES)):
+        v6 = _v6e(counts, t)
+        assert _fits(coeffs, v6), (t, v6)
+        assert not _fits(coeffs, {**v6, "2x4": v6.get("2x4", 0) + 1}), (t, v6)
+        assert sum(n for (e, c, _), n in counts.items() if e == t and c == V5E) > 0, t
+
+
+def _over_packed(sol, coeffs) -> bool:
+    counts = _counts(sol)
+    return any(not _fits(coeffs, _v6e(counts, t)) for t in range(len(RATES)))
+
+
 def _check(sol, coeffs) -> None:
     """Placement rows pass the topology check, count what the allocation holds per epoch, shape and
     group, and both evaluators accept the plan."""
@@ -70,16 +96,12 @@ def _check(sol, coeffs) -> None:
     assert sol.to_dict()["placements"] and len(sol.to_dict()["placements"]) == len(pl)
 
 
-@pytest.mark.xfail(
-    reason="the unplaceable scenario's shape counts and objectives were derived under the pure roofline; under the corrected collectives, pooled groups and attainment-derived loads its cheapest v6e vPod is a 4x4 slice, so the story (and these values) must be re-derived",  # noqa: E501
-    strict=False,
-)
 @pytest.mark.parametrize("variant", ["pattern", "exact"])
 def test_full_horizon_places_every_epoch(stretched, variant):
     inst, coeffs = stretched
     sol = plan_full(coeffs, _opts(inst, variant), HorizonParams())
-    # 20 whole healthy hosts of the v6e pod per epoch; the rest on v5e 4x4 vPods (counted)
-    assert _counts(sol) == {(t, c, s): n for t in range(3) for (c, s, n) in ((V5E, "4x4", 9), (V6E, "2x4", 20))}
+    # the undamaged hosts of the v6e pod full in every epoch; the rest on v5e vPods (counted)
+    _placeable_and_full(sol, coeffs)
     _check(sol, coeffs)
     assert set(sol.placements["epoch"]) == {0, 1, 2}
     assert all(o[0] % 2 == 0 and o[1] % 4 == 0 for o in sol.placements["origin"])
@@ -89,15 +111,12 @@ def test_full_horizon_places_every_epoch(stretched, variant):
     assert ev.totals["placement"] == "checked"
 
 
-@pytest.mark.xfail(
-    reason="the unplaceable scenario's shape counts and objectives were derived under the pure roofline; under the corrected collectives, pooled groups and attainment-derived loads its cheapest v6e vPod is a 4x4 slice, so the story (and these values) must be re-derived",  # noqa: E501
-    strict=False,
-)
 def test_counting_chips_alone_over_packs_the_pod(stretched):
     inst, coeffs = stretched
     count_only = plan_full(coeffs, _opts(inst, "none"), HorizonParams())
     placed = plan_full(coeffs, _opts(inst, "pattern"), HorizonParams())
-    assert {k: v for k, v in _counts(count_only).items() if k[1] == V6E} == {(t, V6E, "2x4"): 24 for t in range(3)}
+    assert _over_packed(count_only, coeffs) and not _over_packed(placed, coeffs)
+    assert {c for (_, c, _) in _counts(count_only)} == {V6E}  # all on the most efficient generation
     assert len(count_only.placements) == 0 and count_only.to_dict()["placements"] == []
     assert placed.objective_value > count_only.objective_value * (1 + 1e-6)
 
@@ -109,24 +128,16 @@ def test_pattern_and_exact_reach_the_same_horizon_optimum(stretched):
     assert a.objective_value == pytest.approx(b.objective_value, rel=1e-6)
 
 
-@pytest.mark.xfail(
-    reason="the unplaceable scenario's shape counts and objectives were derived under the pure roofline; under the corrected collectives, pooled groups and attainment-derived loads its cheapest v6e vPod is a 4x4 slice, so the story (and these values) must be re-derived",  # noqa: E501
-    strict=False,
-)
 def test_rolling_plan_places_each_committed_epoch(stretched):
     inst, coeffs = stretched
     sol = plan_horizon(inst, "milp", coeffs=coeffs, window=2, options=_opts(inst, "pattern"))
     assert sol.meta["solves"] == 3
-    assert {k: v for k, v in _counts(sol).items() if k[1] == V6E} == {(t, V6E, "2x4"): 20 for t in range(3)}
+    _placeable_and_full(sol, coeffs)
     _check(sol, coeffs)
     ev = evaluate_schedule(sol, coeffs, HorizonParams(), demand=None)
     assert ev.totals["placement"] == "checked"
 
 
-@pytest.mark.xfail(
-    reason="the unplaceable scenario's shape counts and objectives were derived under the pure roofline; under the corrected collectives, pooled groups and attainment-derived loads its cheapest v6e vPod is a 4x4 slice, so the story (and these values) must be re-derived",  # noqa: E501
-    strict=False,
-)
 def test_placement_none_is_the_count_only_plan(stretched):
     """``none`` builds no placement component: its plan is the plan of the same fleet without pod
     geometry, and its objective is the one the count-only model had before placement existed."""
@@ -136,7 +147,9 @@ def test_placement_none_is_the_count_only_plan(stretched):
     bare = plan_horizon(inst, "milp", coeffs=replace(coeffs, pods=None), window=2, options=opts)
     dump = lambda s: json.dumps(s.to_dict(timing=False), sort_keys=True)  # noqa: E731
     assert dump(sol) == dump(bare)
-    assert sol.objective_value == pytest.approx(36951000.45963104, rel=1e-6)
+    other = plan_horizon(inst, "milp", coeffs=coeffs, window=2, options=opts.replace(backend="ortools"))
+    assert sol.objective_value == pytest.approx(other.objective_value, rel=1e-6)  # cross-solver
+    assert _over_packed(sol, coeffs)
     assert len(sol.placements) == 0 and sol.totals["placement"] == "not applicable"
 
 
@@ -171,18 +184,12 @@ def _positions(sol) -> dict[tuple[int, str], set[tuple[str, tuple]]]:
     return out
 
 
-@pytest.mark.xfail(
-    reason="the unplaceable scenario's shape counts and objectives were derived under the pure roofline; under the corrected collectives, pooled groups and attainment-derived loads its cheapest v6e vPod is a 4x4 slice, so the story (and these values) must be re-derived",  # noqa: E501
-    strict=False,
-)
 def test_autoscaler_places_first_fit_and_never_moves_a_vpod(stretched):
     inst, coeffs = stretched
     sol = plan_horizon(inst, "neuscale-autoscaler", coeffs=coeffs, options=_opts(inst, "pattern"))
     _check(sol, coeffs)
-    counts = _counts(sol)
-    # the fragmented pod holds 20 2x4 vPods: the rest fails over to the v5e reservation
-    assert max(n for (t, c, s), n in counts.items() if c == V6E) == 20
-    assert all(counts.get((t, V5E, "4x4"), 0) > 0 for t in range(3))
+    # first fit fills the fragmented pod's undamaged hosts; the rest fails over to the v5e reservation
+    _placeable_and_full(sol, coeffs)
     assert sol.totals["unserved_rps"] == 0
     pos = _positions(sol)
     for (t, g), here in pos.items():
@@ -190,10 +197,6 @@ def test_autoscaler_places_first_fit_and_never_moves_a_vpod(stretched):
         assert len(here & before) == min(len(here), len(before)), (t, g)
 
 
-@pytest.mark.xfail(
-    reason="the unplaceable scenario's shape counts and objectives were derived under the pure roofline; under the corrected collectives, pooled groups and attainment-derived loads its cheapest v6e vPod is a 4x4 slice, so the story (and these values) must be re-derived",  # noqa: E501
-    strict=False,
-)
 def test_autoscaler_without_placement_is_count_only(stretched):
     inst, coeffs = stretched
     opts = _opts(inst, "none")
@@ -201,7 +204,7 @@ def test_autoscaler_without_placement_is_count_only(stretched):
     bare = plan_horizon(inst, "neuscale-autoscaler", coeffs=replace(coeffs, pods=None), options=opts)
     assert sol.to_dict(timing=False) == bare.to_dict(timing=False)
     assert len(sol.placements) == 0
-    assert max(n for (t, c, s), n in _counts(sol).items() if c == V6E) > 20
+    assert _over_packed(sol, coeffs)
 
 
 def test_counterfactual_fleet_is_counted_only(stretched):
