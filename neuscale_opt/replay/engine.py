@@ -291,7 +291,9 @@ def run(
         for g in routes[b]:
             inv = g.inv_slots
             for v in g.ready:
-                key = v.load * inv
+                # prompts waiting here first (a prompt routed behind others waits for their
+                # prefills), then the sequences it holds per slot
+                key = (len(v.queue) + (v.state == PREFILLING)) * 1e6 + v.load * inv
                 if key < best_key:
                     best, best_key = v, key
         return best
