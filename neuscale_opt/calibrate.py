@@ -33,7 +33,7 @@ import pandas as pd
 
 from neuscale_opt.catalog import ChipSpec, ModelSpec, energy_spec, get_chip, load_chips, load_models
 from neuscale_opt.errors import InputError
-from neuscale_opt.roofline import HwRows, for_slice, hw_rows_for, stack_hw, step_cost
+from neuscale_opt.roofline import HBM_USABLE_FRACTION_DEFAULT, HwRows, for_slice, hw_rows_for, stack_hw, step_cost
 
 PARAMS: tuple[str, ...] = ("eff_compute", "eff_hbm", "eff_ici", "hop_latency_s", "layer_overhead_s")
 # bounds of every parameter (the fit runs on their logarithms)
@@ -306,7 +306,8 @@ def _groups(points: tuple[Point, ...]) -> list[_Group]:
         rows = []
         for i in idx:
             model, chip, shape = _point_setup(points[i])
-            base = hw_rows_for(chip, energy_spec(chip, "genz"), 0.0, 1.0, 1.0)
+            # usable HBM as the planner's default (R11), which K9's admission rule reads
+            base = hw_rows_for(chip, energy_spec(chip, "genz"), 0.0, 1.0, HBM_USABLE_FRACTION_DEFAULT)
             rows.append(for_slice(base, chip, shape, points[i].chips))
         pts = [points[i] for i in idx]
         model = _point_setup(pts[0])[0]
@@ -524,6 +525,92 @@ def calibrate(path: str | Path, cross_validate: bool = True) -> Calibration:
         "mape_fixed_cv_pct": _mape(fx["cv"].to_numpy(dtype=float), mv) if cross_validate else math.nan,
     }
     return Calibration(meas, f, res, pd.DataFrame(summ), target)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A fit checked on measured points it was not fitted on (K10)."""
+
+    measurements: Measurements
+    residuals: pd.DataFrame  # per point: measured, before (pure roofline), after (the fit)
+    summary: pd.DataFrame  # per chip x metric: n, MAPE and Spearman before / after
+    totals: dict[str, float]
+
+
+def held_out(cal: Calibration, path: str | Path) -> HeldOut:
+    """Predict every modelled point of ``path`` with the parameters of ``cal`` (fitted chips, family
+    priors for chips without points) and with the pure roofline; rows of ``path`` that repeat a
+    point the fit used (same source, model, chip, chips, batch, lengths, metric and value) are
+    dropped, so every point scored is unseen."""
+    meas = load_measurements(path)
+    seen = {(p.source, p.model, p.chip, p.chips, p.batch, p.input_len, p.output_len, p.kind, p.value)
+            for p in cal.measurements.points}
+    pts = tuple(
+        p for p in meas.points
+        if (p.source, p.model, p.chip, p.chips, p.batch, p.input_len, p.output_len, p.kind, p.value) not in seen
+    )
+    if not pts:
+        raise InputError("no unseen row the roofline can model", where=str(path))
+    theta = np.array([params_for(p.chip, cal.fit)[0] for p in pts])
+    after = predict_all(pts, theta)
+    before = predict_all(pts, np.tile(UNCALIBRATED, (len(pts), 1)), ici_serial=0.0)
+    res = pd.DataFrame(
+        {
+            "row": [p.row for p in pts],
+            "source": [p.source for p in pts],
+            "chip": [p.chip for p in pts],
+            "from": [params_for(p.chip, cal.fit)[1] for p in pts],
+            "metric": [p.kind for p in pts],
+            "fixed": [p.fixed for p in pts],
+            "measured": [p.value for p in pts],
+            "before": before,
+            "after": after,
+        }
+    )
+    summ = []
+    for (chip, metric), g in res.groupby(["chip", "metric"], sort=True):
+        m_, b_, a_ = (g[c].to_numpy(dtype=float) for c in ("measured", "before", "after"))
+        summ.append(
+            {
+                "chip": chip,
+                "from": g["from"].iloc[0],
+                "metric": metric,
+                "n": len(g),
+                "mape_before_pct": _mape(b_, m_),
+                "mape_after_pct": _mape(a_, m_),
+                "spearman_before": _spearman(b_, m_),
+                "spearman_after": _spearman(a_, m_),
+            }
+        )
+    fx = res[res["fixed"]]
+    tot = {
+        "n": float(len(res)),
+        "n_fixed": float(len(fx)),
+        "mape_before_pct": _mape(res["before"].to_numpy(), res["measured"].to_numpy()),
+        "mape_after_pct": _mape(res["after"].to_numpy(), res["measured"].to_numpy()),
+        "mape_fixed_before_pct": _mape(fx["before"].to_numpy(), fx["measured"].to_numpy()),
+        "mape_fixed_after_pct": _mape(fx["after"].to_numpy(), fx["measured"].to_numpy()),
+        "spearman_after": _spearman(res["after"].to_numpy(), res["measured"].to_numpy()),
+    }
+    return HeldOut(meas, res, pd.DataFrame(summ), tot)
+
+
+def default_held_out_path() -> Path:
+    return Path(str(resources.files("neuscale_opt.data").joinpath("measured/extra_points.csv")))
+
+
+def held_out_table(h: HeldOut) -> str:
+    """Plain-text table of a :class:`HeldOut` check."""
+    with pd.option_context("display.width", 200, "display.float_format", "{:.3g}".format):
+        body = h.summary.to_string(index=False)
+    t = h.totals
+    tail = (
+        f"held-out ({Path(h.measurements.path).name}, not fitted on): {int(t['n'])} points, MAPE uncalibrated "
+        f"{t['mape_before_pct']:.1f} %, calibrated {t['mape_after_pct']:.1f} %, Spearman {t['spearman_after']:.3f}; "
+        f"fixed-length known-batch TTFT/TPOT {int(t['n_fixed'])} points: uncalibrated "
+        f"{t['mape_fixed_before_pct']:.1f} %, calibrated {t['mape_fixed_after_pct']:.1f} %"
+    )
+    return body + "\n" + tail + "\n"
 
 
 # --------------------------------------------------------------------------------------------
