@@ -48,7 +48,8 @@ def main() -> int:
         print(json.dumps(out, indent=2))
     else:
         print(summary_table(cal), end="")
-        print(f"points used {len(cal.measurements.points)}, skipped {len(cal.measurements.skipped)}; fit + CV {wall:.1f} s")
+        n_used, n_skip = len(cal.measurements.points), len(cal.measurements.skipped)
+        print(f"points used {n_used}, skipped {n_skip}; fit + CV {wall:.1f} s")
         print()
         print(held_out_table(h), end="")
         print(f"held-out rows modelled {len(h.residuals)}, skipped {len(h.measurements.skipped)}")
