@@ -116,7 +116,9 @@ def test_default_instance_plan_within_capacity(default_run):
     inst, _, plan, res = default_run
     t = res.totals
     assert t["requests"] == 19366
-    assert t["slo_attainment"] == 1.0
+    # the plan is sized at the safe load of the instance's attainment target (0.99 of requests
+    # within TTFT), so replay must reach at least that share
+    assert t["slo_attainment"] >= inst.slo.attainment
     assert t["unserved"] == 0
     assert t["tokens_out"] == 4088665  # every output token of the trace
     for k in ("p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s"):
