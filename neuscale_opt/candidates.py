@@ -167,7 +167,7 @@ def chip_context(inst: Instance, name: str) -> ChipContext:
         es = energy_spec(chip, inst.energy.profile)
     else:  # a sweep's TFLOP/J or HBM GB/J, read as the profile reads its own figures
         es = energy_spec_with(chip, inst.energy.profile, ov.tflop_per_j, ov.hbm_gb_per_j)
-    hw = hw_rows_for(chip, es, 0.0, 1.0, inst.search.hbm_usable_fraction, hop_s, eff, layer_s)
+    hw = hw_rows_for(chip, es, 0.0, 1.0, inst.search.hbm_usable_fraction, hop_s, eff, layer_s, cal.ici_serial)
     emb_h = embodied / (inst.energy.embodied_lifetime_years * HOURS_PER_YEAR) if not math.isnan(embodied) else math.nan
     return ChipContext(chip, hw, price, emb_h, es.profile)
 

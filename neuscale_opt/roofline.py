@@ -53,6 +53,7 @@ class HwRows:
     a2a_hops: np.ndarray | float = 0.0  # steps of one all-to-all: the diameter of the group (R7)
     layer_s: np.ndarray | float = 0.0  # fixed per-layer overhead (kernel launches), s (R8)
     max_dyn_w: np.ndarray | float = np.inf  # TDP - static power, W per chip (R10)
+    ici_serial: np.ndarray | float = 0.0  # share of the collective time not hidden under compute / HBM (R8)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ def hw_rows_for(
     hop_s: float = HOP_LATENCY_S_DEFAULT,
     eff: tuple[float, float, float] | None = None,
     layer_s: float = 0.0,
+    ici_serial: float = 0.0,
 ) -> HwRows:
     """Hardware rows of one chip generation (scalars broadcast against slice-dependent arrays).
 
@@ -108,6 +110,7 @@ def hw_rows_for(
         j_dcn=f(energy.j_per_ici_byte),
         hop_s=f(hop_s),
         layer_s=f(layer_s),
+        ici_serial=f(ici_serial),
         max_dyn_w=f(max(tdp - energy.static_w, 0.0)),
     )
 
@@ -196,6 +199,26 @@ def moe_chip_imbalance(assignments: np.ndarray, ep: np.ndarray, cap: float) -> n
         vals[i] = min(max(mx / m, 1.0), cap)
     out = vals[inv.ravel()].reshape(a.shape)
     return out
+
+
+def stage_time(t_c, t_h, t_ici, ici_serial, overhead_s):
+    """Time of one pipeline stage from its three roofs (R8):
+    ``max(t_c, t_h, t_ici) + ici_serial x min(max(t_c, t_h), t_ici) + overhead_s``.
+
+    ``ici_serial = 0`` is the bound (collectives fully hidden under compute / HBM traffic: the pure
+    roofline); ``ici_serial = 1`` charges them after the matmuls whose output they reduce, the
+    critical path of a tensor-parallel layer (``max(t_c, t_h) + t_ici``). Arrays or Python floats
+    (the replay engine calls it per step); with ``ici_serial = 0`` it is exactly the max.
+    """
+    if isinstance(t_c, float) and isinstance(t_h, float) and isinstance(t_ici, float):
+        mem = t_c if t_c > t_h else t_h
+        hi, lo = (mem, t_ici) if mem > t_ici else (t_ici, mem)
+        return (hi + ici_serial * lo if ici_serial else hi) + overhead_s
+    mem = np.maximum(t_c, t_h)
+    hidden = np.maximum(mem, t_ici)
+    if np.all(np.asarray(ici_serial) == 0.0):
+        return hidden + overhead_s
+    return hidden + ici_serial * np.minimum(mem, t_ici) + overhead_s
 
 
 def step_cost(
@@ -320,11 +343,12 @@ def step_cost(
     ici_total = ici_chip * chips + ici_hops * p2p_bytes
     dcn_total = dcn_hops * p2p_bytes
 
-    # R8 roofs per stage and the binding one, plus the fixed per-layer overhead of the stage.
+    # R8 roofs per stage and the binding one, plus the unhidden share of the collectives and the
+    # fixed per-layer overhead of the stage.
     t_c = flops_chip / (hw.peak_flops * hw.eff_c)
     t_h = hbm_chip / (hw.hbm_bw * hw.eff_h)
     roofs = np.stack(np.broadcast_arrays(t_c, t_h, t_ici))
-    t_stage = roofs.max(axis=0) + (L / pp) * hw.layer_s
+    t_stage = stage_time(t_c, t_h, t_ici, hw.ici_serial, (L / pp) * hw.layer_s)
     bound = roofs.argmax(axis=0)
     # R9 latency of the step through all pp stages.
     latency = pp * t_stage + ici_hops * t_p2p + dcn_hops * t_dcn

@@ -201,3 +201,83 @@ def test_calibrate_command_writes_a_profile_the_roofline_reads(tmp_path, capsys)
     r = json.loads(capsys.readouterr().out)
     assert r["latency_s"] == pytest.approx(0.045, rel=0.25)
     assert get_chip("nvidia-a100-80gb").name in r["chip"]
+
+
+def test_stage_time_hides_or_serialises_the_collectives_by_hand():
+    """R8 / K8: max(c, h, i) + s min(max(c, h), i) + overhead, scalar and array forms alike."""
+    from neuscale_opt.roofline import stage_time
+
+    # c = 3, h = 5, i = 2, overhead 0.5: hidden 5.5, serial 5 + 2 + 0.5 = 7.5, half 6.5
+    assert stage_time(3.0, 5.0, 2.0, 0.0, 0.5) == 5.5
+    assert stage_time(3.0, 5.0, 2.0, 1.0, 0.5) == 7.5
+    assert stage_time(3.0, 5.0, 2.0, 0.5, 0.5) == 6.5
+    # collective-bound: i = 6 > h = 5: hidden 6.5, serial 6 + 5 + 0.5 = 11.5
+    assert stage_time(3.0, 5.0, 6.0, 0.0, 0.5) == 6.5
+    assert stage_time(3.0, 5.0, 6.0, 1.0, 0.5) == 11.5
+    arr = stage_time(np.array([3.0, 3.0]), np.array([5.0, 5.0]), np.array([2.0, 6.0]), 1.0, 0.5)
+    assert arr.tolist() == [7.5, 11.5]
+
+
+def test_calibrated_decode_charges_the_all_reduces_after_the_weights_by_hand():
+    """Llama-2-70B decode, batch 1, tp 8 on an A100 node: 160 all-reduces (2 per layer) of one
+    8192-wide bf16 vector, each 2 (8 - 1) = 14 NCCL ring steps of alpha plus 2 x 7/8 x 16,384 B over
+    12 NVLink links x 25 GB/s x eff_ici; with K8 = 1 they add to the HBM roof (weights / 8 chips)
+    instead of hiding under it."""
+    from neuscale_opt.catalog import energy_spec
+    from neuscale_opt.roofline import for_slice, hw_rows_for, step_cost
+
+    chip, m = get_chip("nvidia-a100-80gb"), get_model("Llama-2-70B")
+    eff, hop, ovh = (0.5, 0.8, 0.6), 2e-6, 1e-4
+    t_ici = 160 * (14 * hop + 2 * 7 / 8 * 8192 * 2 / (12 * 25e9 * 0.6))
+    for serial in (0.0, 1.0):
+        hw = for_slice(
+            hw_rows_for(chip, energy_spec(chip, "genz"), 0.0, 1.0, 0.9, hop, eff, ovh, serial), chip, (8,), 8
+        )
+        sc = step_cost(m, hw, 8, 1, 1, 1, 1, 576)
+        assert float(sc.t_ici_s) == pytest.approx(t_ici, rel=1e-9)
+        # HBM-bound: about 138 GB of weights / 8 over 2039 GB/s x 0.8 = 10.6 ms > t_ici = 4.5 ms
+        assert float(sc.t_hbm_s) == pytest.approx(m.weight_bytes / 8 / (2039e9 * 0.8), rel=0.02)
+        want = float(sc.t_hbm_s) + serial * t_ici + 80 * ovh
+        assert float(sc.latency_s) == pytest.approx(want, rel=1e-9)
+
+
+def test_a_concurrency_is_capped_at_the_sequences_whose_kv_fits_by_hand(tmp_path):
+    """K9: Qwen3-32B bf16 on a v6e-4 at 8192 + 1024 tokens. Per chip: 0.9 x 32 GiB usable, weights
+    65.52 GB / 4, KV 262,144 B per token (64 layers x 8 KV heads x 128 x 2 x 2 B) over 4 shards
+    x 9216 tokens = 604 MB per sequence -> floor(14.54 GB / 0.604 GB) = 24 sequences (the one-token
+    activations, ~0.1 MB, do not change the floor). A stated batch is kept."""
+    csv = tmp_path / "m.csv"
+    row = "s,Qwen3-32B,bf16,TPU-v6e,4,{b},8192,1024,output_throughput,300,tokens/s,\n"
+    csv.write_text(HEADER + row.format(b="concurrency 64") + row.format(b="64") + row.format(b="concurrency 16"))
+    pts = C.load_measurements(csv).points
+    assert [p.concurrency for p in pts] == [True, False, True]
+    (g,) = C._groups(pts)
+    m = get_model("Qwen3-32B")
+    free = 0.9 * 32 * 2**30 - m.weight_bytes / 4
+    assert free / (9216 * 262_144 / 4) == pytest.approx(24.08, abs=0.01)
+    assert g.resident.tolist() == [24.0, 64.0, 16.0]
+    # the throughput is that of 24 sequences: same prediction as a stated batch of 24
+    csv.write_text(HEADER + row.format(b="24"))
+    (q,) = C.load_measurements(csv).points
+    th = C.params_for("tpu-v6e", C.Fit({}, {}, 0.0, 0))[0]
+    assert C.predict(pts[0], th) == pytest.approx(C.predict(q, th), rel=1e-12)
+
+
+def test_held_out_check_scores_only_points_the_fit_did_not_use(tmp_path):
+    fit_csv, other = tmp_path / "fit.csv", tmp_path / "other.csv"
+    rows = [
+        "a,Llama-2-70B,FP16,A100-SXM-80GB,4,1,128,1,TTFT,47,ms,\n",
+        "a,Llama-2-70B,FP16,A100-SXM-80GB,4,1,2048,1,TTFT,377,ms,\n",
+        "b,Llama-2-70B,FP16,A100-SXM-80GB,4,1,512,128,token_time_TPOT,45,ms,\n",
+    ]
+    fit_csv.write_text(HEADER + "".join(rows))
+    other.write_text(HEADER + rows[1] + "c,Llama-2-70B,FP16,A100-SXM-80GB,8,1,2048,1,TTFT,274,ms,\n")
+    cal = C.calibrate(fit_csv, cross_validate=False)
+    h = C.held_out(cal, other)
+    assert h.residuals["row"].tolist() == [2] and h.totals["n"] == 1 and h.totals["n_fixed"] == 1
+    pred = C.predict(C.load_measurements(other).points[1], cal.fit.chips["nvidia-a100-80gb"])
+    assert h.residuals["after"].iloc[0] == pytest.approx(pred)
+    assert h.totals["mape_after_pct"] == pytest.approx(abs(pred / 0.274 - 1) * 100)
+    other.write_text(HEADER + rows[0])
+    with pytest.raises(InputError, match="no unseen row"):
+        C.held_out(cal, other)

@@ -268,7 +268,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     es = energy_spec(chip, args.profile)
     cal = chip_calibration(args.calibration, chip, hop_latency_s=args.hop_latency_s)
     hop_s = cal.hop_latency_s
-    hw = hw_rows_for(chip, es, 0.0, 1.0, hbm_frac, hop_s, cal.eff, cal.layer_overhead_s)
+    hw = hw_rows_for(chip, es, 0.0, 1.0, hbm_frac, hop_s, cal.eff, cal.layer_overhead_s, cal.ici_serial)
     hw = for_slice(hw, chip, shape, tp)
     B = float(args.batch)
     nodes = vpod_nodes(chip, args.chips)

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuscale_opt.replay.tables import StepTable
+from neuscale_opt.roofline import stage_time
 
 K_READY, K_PREFILL, K_DECODE, K_HANDOFF, K_JOIN = 0, 1, 2, 3, 4
 IDLE, PREFILLING, DECODING = 0, 1, 2
@@ -247,8 +248,7 @@ def run(
             c = tab.c0[n] + tab.c1[n] * pm
             h = tab.h0[n] + tab.h1[n] * pm
             i = tab.ici[n]
-            tau = (c if c > h else h) if (c > i or h > i) else i
-            tau = tab.vtype.pp * (tau + tab.stage_overhead_s) + tab.p2p[n]
+            tau = tab.vtype.pp * stage_time(c, h, i, tab.ici_serial, tab.stage_overhead_s) + tab.p2p[n]
             v.state = DECODING
             v.t0 = t
             v.tau = tau

@@ -59,7 +59,7 @@ from neuscale_opt.catalog import get_chip
 from neuscale_opt.energy import fixed_step_energy_j
 from neuscale_opt.instance import Instance
 from neuscale_opt.replay.plan import VpodType
-from neuscale_opt.roofline import for_slice, step_cost, vpod_nodes
+from neuscale_opt.roofline import for_slice, stage_time, step_cost, vpod_nodes
 
 P_PROBE = 65536.0  # second context at which the affine coefficients are read (tokens)
 
@@ -96,6 +96,7 @@ class StepTable:
     attn_c: float = 0.0  # s of compute roof per attention pair (a_c)
     attn_e: float = 0.0  # J per attention pair (a_e)
     stage_overhead_s: float = 0.0  # s, fixed per-layer overhead of a stage's L/pp layers (R8)
+    ici_serial: float = 0.0  # share of the collective time not hidden under compute / HBM (R8, K8)
     # weight streaming (the step energy that does not scale with the batch, energy.E4): per decode
     # round of n sequences (q micro-batches, each streams the weights), and per batched prefill step
     fixed_j: list[float] = field(default_factory=list)
@@ -104,8 +105,8 @@ class StepTable:
     def decode_step(self, n: int, mean_ctx: float) -> tuple[float, float]:
         """(seconds, dynamic joules) of one decode round of ``n`` sequences at mean past context."""
         pp = self.vtype.pp
-        t = max(self.c0[n] + self.c1[n] * mean_ctx, self.h0[n] + self.h1[n] * mean_ctx, self.ici[n])
-        t += self.stage_overhead_s
+        c, h = self.c0[n] + self.c1[n] * mean_ctx, self.h0[n] + self.h1[n] * mean_ctx
+        t = stage_time(c, h, self.ici[n], self.ici_serial, self.stage_overhead_s)
         return pp * t + self.p2p[n], self.e0[n] + self.e1[n] * mean_ctx
 
     def prefill_batch(self, lengths: list[int]) -> tuple[float, float, float]:
@@ -120,7 +121,7 @@ class StepTable:
         c = self.bp_c[n_tok] + self.attn_c * extra
         h = self.bp_h[n_tok]
         i = self.bp_i[n_tok]
-        st = max(c, h, i) + self.stage_overhead_s
+        st = stage_time(c, h, i, self.ici_serial, self.stage_overhead_s)
         return st, self.vtype.pp * st + self.bp_p2p[n_tok], self.bp_e[n_tok] + self.attn_e * extra
 
 
@@ -192,6 +193,7 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
         dcn_bytes_per_s=chips * float(get_chip(vt.chip).dcn_bytes_per_s),
         dcn_j_per_byte=(dcn_pj * 1e-12) if dcn_pj is not None else float(ctx.hw.j_ici),
         stage_overhead_s=float(model.n_layers) / pp * float(hw.layer_s),
+        ici_serial=float(hw.ici_serial),
         **batched,
     )
 

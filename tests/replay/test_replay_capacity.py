@@ -113,14 +113,21 @@ def test_money_and_carbon_follow_chip_hours(default_run):
 
 
 def test_default_instance_plan_within_capacity(default_run):
-    inst, _, plan, res = default_run
+    inst, coeffs, plan, res = default_run
     t = res.totals
     assert t["requests"] == 19366
-    assert t["slo_attainment"] == 1.0
+    # the plan is sized at the safe load of the instance's attainment target (0.99 of requests
+    # within TTFT), so replay must reach at least that share
+    assert t["slo_attainment"] >= inst.slo.attainment
     assert t["unserved"] == 0
     assert t["tokens_out"] == 4088665  # every output token of the trace
-    for k in ("p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s"):
-        assert 0 < t[k] < 1.0
+    # at least 99 % of the requests meet their class's target, so the 99th percentile of all of them
+    # is within the largest target
+    slo = coeffs.buckets
+    for k, col in (("p50_ttft_s", "ttft_slo_s"), ("p99_ttft_s", "ttft_slo_s")):
+        assert 0 < t[k] <= slo[col].max()
+    for k, col in (("p50_tpot_s", "tpot_slo_s"), ("p99_tpot_s", "tpot_slo_s")):
+        assert 0 < t[k] <= slo[col].max()
     # held >= the plan's vPods over their epochs (each vPod of the simple plan lives from its first
     # to its last epoch, plus its drain)
     rows = {(r["epoch"], r["vpod_group"]): r for r in plan["allocations"]}.values()
