@@ -254,9 +254,9 @@ def solve_milp(
     fares under another scenario's coefficients (a group the coefficients cannot use makes the
     epoch infeasible). Give it with ``prune_dominated=False`` so that no held group is pruned."""
     _check(coeffs)
-    opts = resolve_options(coeffs, options or PlanOptions())
+    prep = prepare(coeffs, options or PlanOptions())  # resolves the default penalty on the way
+    opts = prep.options
     per_epoch = []
-    prep = prepare(coeffs, opts)
     for e in coeffs.epochs:
         ctx = build_context(coeffs, opts.start_budget("per-window"), e, prep)
         if fixed_vpods is not None:  # the given vPods held fixed, demand routed over them (no tail rule)
@@ -282,9 +282,9 @@ def unlimited(coeffs: Coefficients, options: PlanOptions | None = None) -> Solut
 def greedy(coeffs: Coefficients, options: PlanOptions | None = None) -> Solution:
     """NeuScale's best-fit heuristic (see :mod:`neuscale_opt.alloc.heuristics`)."""
     _check(coeffs)
-    opts = resolve_options(coeffs, options or PlanOptions())
+    prep = prepare(coeffs, options or PlanOptions())  # resolves the default penalty on the way
+    opts = prep.options
     per_epoch = []
-    prep = prepare(coeffs, opts)
     for e in coeffs.epochs:
         ctx = build_context(coeffs, opts, e, prep)
         ep, info = plan_with_tail(ctx, lambda c: (greedy_epoch(c), {}))
@@ -295,9 +295,9 @@ def greedy(coeffs: Coefficients, options: PlanOptions | None = None) -> Solution
 def homogeneous_one(coeffs: Coefficients, chip: str, options: PlanOptions | None = None) -> Solution:
     """The homogeneous baseline on generation ``chip`` only."""
     _check(coeffs)
-    opts = resolve_options(coeffs, options or PlanOptions())
+    prep = prepare(coeffs, options or PlanOptions())  # resolves the default penalty on the way
+    opts = prep.options
     per_epoch = []
-    prep = prepare(coeffs, opts)
     for e in coeffs.epochs:
         ctx = build_context(coeffs, opts, e, prep)
         ep, info = plan_with_tail(ctx, lambda c: (homogeneous_epoch(c, chip), {}))
