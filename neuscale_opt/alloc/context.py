@@ -226,16 +226,18 @@ def shared_slo_ok(rows: list[_Shared], phase: str, rtol: float = 1e-9) -> bool:
     stall = rows[longest].ttft_s if phase != "decode" else 0.0
     tpot = max(r.tpot_s for r in rows) if phase != "prefill" else 0.0
 
-    def late(value: float, target: float) -> bool:
-        return not math.isnan(target) and value > target * (1 + rtol)
-
+    scale = 1 + rtol  # late: a target is set (not NaN) and the value exceeds it
+    first_token, per_token, end_to_end = phase != "decode", phase != "prefill", phase == "colocated"
     for i, r in enumerate(rows):
         ttft = r.ttft_s + (0.0 if i == longest else stall)
-        if phase != "decode" and late(ttft, r.ttft_slo_s):
+        target = r.ttft_slo_s
+        if first_token and target == target and ttft > target * scale:
             return False
-        if phase != "prefill" and late(tpot, r.tpot_slo_s):
+        target = r.tpot_slo_s
+        if per_token and target == target and tpot > target * scale:
             return False
-        if phase == "colocated" and late(ttft + r.output_tokens * tpot, r.e2e_slo_s):
+        target = r.e2e_slo_s
+        if end_to_end and target == target and ttft + r.output_tokens * tpot > target * scale:
             return False
     return True
 
@@ -508,17 +510,23 @@ def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
     if cfg.empty:
         return pd.DataFrame(columns=cols)
     g = cfg[cols]
+    keys = [str(k) for k in g["group"].tolist()]
+    first: dict[str, int] = {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
     if variant == "pooled":
-        spread = g.groupby("group")[list(GROUP_COLUMNS[2:]) + ["held_obj_per_vpod"]].nunique(dropna=False)
-        bad = spread[(spread > 1).any(axis=1)]
-        if not bad.empty:
+        # one value per group of each per-vPod column (NaN counts as a value)
+        check = [g[c].tolist() for c in (*GROUP_COLUMNS[2:], "held_obj_per_vpod")]
+        values = [tuple("nan" if v != v else v for v in vals) for vals in zip(*check, strict=True)]
+        bad = sorted({k for i, k in enumerate(keys) if values[i] != values[first[k]]})
+        if bad:
             raise InputError(
-                f"vPod type {bad.index[0]!r} has different per-vPod columns across classes "
+                f"vPod type {bad[0]!r} has different per-vPod columns across classes "
                 "(chips_per_vpod, static_power_w, price_usd_per_hour, embodied_kg_per_hour must agree "
                 "for the pooled variant)",
                 where="coefficients.configs",
             )
-    return g.drop_duplicates("group").sort_values("group").reset_index(drop=True)
+    return g.iloc[[first[k] for k in sorted(first)]].reset_index(drop=True)
 
 
 def servable_table(ctx: EpochContext) -> dict[tuple[str, str], dict[str, float]]:

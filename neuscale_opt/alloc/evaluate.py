@@ -66,7 +66,7 @@ def _rel_ok(lhs: float, rhs: float, rtol: float = RTOL) -> bool:
 
 
 def _strs(values: pd.Series) -> list[str]:
-    return values.astype(str).tolist()
+    return [str(v) for v in values.tolist()]
 
 
 def _codes(*cols: list[Any]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:

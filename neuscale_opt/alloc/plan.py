@@ -45,39 +45,49 @@ from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import InputError, TimeLimitError
 
 
+_ROW_COLUMNS = ("bucket", "phase", "chip", "shape", "chips_per_vpod", "tp", "pp", "ep", "batch", "vpod_type", "config_id", "group")
+
+
 def _rows(ctx: EpochContext, ep: EpochPlan) -> list[dict[str, Any]]:
-    cfg = ctx.configs.set_index("config_id", drop=False)
+    if not any(v > 0 for v in ep.x.values()) and not any(v > 0 for v in ep.n.values()):
+        return []
+    cfg = ctx.configs
+    records = list(zip(*(cfg[c].tolist() for c in _ROW_COLUMNS), strict=True))
+    by_id = {r[10]: r for r in records}
+    first_of_group: dict[Any, tuple[Any, ...]] = {}
+    for r in records:
+        first_of_group.setdefault(r[11], r)
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     for k in sorted(ep.x):
         if ep.x[k] <= 0:
             continue
-        r = cfg.loc[k]
-        g = ep.groups.get(k, r["group"])
+        r = by_id[k]
+        g = ep.groups.get(k, r[11])
         seen.add(g)
         rows.append({**_row(ctx.epoch, r, ep.n.get(g, 0), ep.x[k]), "vpod_group": g})
     for g in sorted(ep.n):
         if ep.n[g] > 0 and g not in seen:
-            r = cfg[cfg["group"] == g].iloc[0]
-            rows.append(_row(ctx.epoch, r, ep.n[g], 0.0))
+            rows.append(_row(ctx.epoch, first_of_group[g], ep.n[g], 0.0))
     return rows
 
 
-def _row(epoch: int, r: pd.Series, n: int, rate: float) -> dict[str, Any]:
+def _row(epoch: int, r: tuple[Any, ...], n: int, rate: float) -> dict[str, Any]:
+    bucket, phase, chip, shape, chips, tp, pp, ep, batch, vtype, cid, group = r
     return {
         "epoch": epoch,
-        "bucket": r["bucket"],
-        "phase": r["phase"],
-        "chip": r["chip"],
-        "shape": r["shape"],
-        "chips_per_vpod": int(r["chips_per_vpod"]),
-        "tp": int(r["tp"]),
-        "pp": int(r["pp"]),
-        "ep": int(r["ep"]),
-        "batch": int(r["batch"]),
-        "vpod_type": r["vpod_type"],
-        "config_id": r["config_id"],
-        "vpod_group": r["group"],
+        "bucket": bucket,
+        "phase": phase,
+        "chip": chip,
+        "shape": shape,
+        "chips_per_vpod": int(chips),
+        "tp": int(tp),
+        "pp": int(pp),
+        "ep": int(ep),
+        "batch": int(batch),
+        "vpod_type": vtype,
+        "config_id": cid,
+        "vpod_group": group,
         "n_vpods": int(n),
         "rate_rps": float(rate),
     }
