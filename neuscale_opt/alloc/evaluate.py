@@ -86,7 +86,8 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     """
     opts = solution.options
     t = float(coeffs.epoch_s)
-    rows = solution.allocations
+    rows = solution.allocations.copy(deep=False)
+    rows.attrs = {}  # no metadata to carry through every operation below
     violations: list[str] = []
     table = coeffs.configs
     chips = coeffs.chips.set_index("chip")
@@ -102,6 +103,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         rows = rows[known].reset_index(drop=True)
         row_ids = [c for c, ok in zip(row_ids, known, strict=True) if ok]
     ref = table.iloc[[where[c] for c in row_ids]].reset_index(drop=True)
+    ref.attrs = {}
     ids = ref["config_id"].tolist()
     for col in ("bucket", "phase", "chip", "shape", "chips_per_vpod", "vpod_type"):
         for cid, a, b in zip(ids, _strs(rows[col]), _strs(ref[col]), strict=True):
