@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pulp  # noqa: E402
-
 from bench_alloc import MELANGE_PRICES, melange_sized_config  # noqa: E402
+
 from neuscale_opt.alloc.melange import MelangeConfig, load_melange, melange_coefficients  # noqa: E402
 from neuscale_opt.alloc.options import PlanOptions  # noqa: E402
 from neuscale_opt.alloc.plan import plan  # noqa: E402
@@ -169,14 +169,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cbc-time-limit", type=float, default=60.0)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    print(f"load (uptime): {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; pulp {pulp.__version__}")
+    print("load (uptime): " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + f"; pulp {pulp.__version__}")
 
     example = load_melange(ROOT / "instances" / "alloc" / "melange_example.json")
     ex_cbc = melange_ilp(example, 1, args.cbc_time_limit)
     ex_ours = ours(example, 1)
-    ex_ok = abs(ex_cbc["usd_per_h"] - PUBLISHED_EXAMPLE_USD_H) < 1e-6 and abs(
-        ex_ours["usd_per_h"] - PUBLISHED_EXAMPLE_USD_H
-    ) < 1e-6
+    ex_ok = (
+        abs(ex_cbc["usd_per_h"] - PUBLISHED_EXAMPLE_USD_H) < 1e-6
+        and abs(ex_ours["usd_per_h"] - PUBLISHED_EXAMPLE_USD_H) < 1e-6
+    )
     print(
         f"published example (slice factor 1): Mélange {PUBLISHED_EXAMPLE_USD_H:.2f} USD/h, PuLP+CBC "
         f"{ex_cbc['usd_per_h']:.4f}, ours {ex_ours['usd_per_h']:.4f} -> {'ok' if ex_ok else 'MISMATCH'}"
@@ -185,7 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     cases = [("6x6x4", generated_config(6, 4, sf), sf) for sf in (1, 2, 4, 8)]
     cases.append(("10x10x8", generated_config(10, 8, 8), 8))
     rows = [compare(name, cfg, sf, args.repeat, args.cbc_time_limit) for name, cfg, sf in cases]
-    print(f"== median wall s (ours: whole plan() call; CBC: PuLP build + CBC, 1 thread, limit {args.cbc_time_limit:g} s) ==")
+    print(
+        "== median wall s (ours: whole plan() call; CBC: PuLP build + CBC, 1 thread, "
+        f"limit {args.cbc_time_limit:g} s) =="
+    )
     for r in rows:
         print(
             f"{r['config']:<8} S={r['slice_factor']:<2} ours {r['ours_s']:.4f} s {r['ours_status']:<8} "

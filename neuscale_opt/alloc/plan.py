@@ -44,8 +44,20 @@ from neuscale_opt.alloc.tail import plan_with_tail
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import InputError, TimeLimitError
 
-
-_ROW_COLUMNS = ("bucket", "phase", "chip", "shape", "chips_per_vpod", "tp", "pp", "ep", "batch", "vpod_type", "config_id", "group")
+_ROW_COLUMNS = (
+    "bucket",
+    "phase",
+    "chip",
+    "shape",
+    "chips_per_vpod",
+    "tp",
+    "pp",
+    "ep",
+    "batch",
+    "vpod_type",
+    "config_id",
+    "group",
+)
 
 
 def _rows(ctx: EpochContext, ep: EpochPlan) -> list[dict[str, Any]]:

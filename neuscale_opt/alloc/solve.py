@@ -304,7 +304,9 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     lp.a_matrix_.index_ = form.a.indices.astype(np.int32)
     lp.a_matrix_.value_ = form.a.data.astype(float)
     if form.integer.any():
-        lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in form.integer]
+        lp.integrality_ = [
+            highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in form.integer
+        ]
     h.passModel(lp)
     limit = options.solve_time_limit()
     if limit is not None:

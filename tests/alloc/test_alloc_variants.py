@@ -144,16 +144,13 @@ def test_dominance_presolve_drops_only_dominated_groups():
     assert full == {"big", "weak", "fat", "lean", "pair", "small"}
 
 
-
 def _two_chip_vpods_case():
     # one generation of 5 chips; vPods of 2 chips serving 10 req/s or of 3 chips serving 14 req/s, of
     # either class; 15 + 15 req/s. Each class fits alone (two 2-chip vPods, 20 req/s). Together whole
     # vPods serve at most 24 req/s (one of each: 5 chips), leaving 6 short; the LP relaxation (n <= 2 and
     # n <= 1 by the inventory bounds) fills 4 chips with 2-chip vPods (5 req/s per chip) and 1/3 of a
     # 3-chip vPod: 20 + 14/3 req/s, so at least 30 - 74/3 = 16/3 req/s are short for certain (hand-solved)
-    rows = [
-        vpod("g", b, rate=r, chips=k, price=1.0) for k, r in ((2, 10.0), (3, 14.0)) for b in ("a", "b")
-    ]
+    rows = [vpod("g", b, rate=r, chips=k, price=1.0) for k, r in ((2, 10.0), (3, 14.0)) for b in ("a", "b")]
     return make_coefficients(rows, {"a": 15.0, "b": 15.0}, inventory={"g": 5})
 
 
