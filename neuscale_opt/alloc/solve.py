@@ -209,8 +209,10 @@ def linear_form(m: pyo.ConcreteModel) -> LinearForm:
     from pyomo.common.errors import InfeasibleConstraintException
     from pyomo.repn.plugins.standard_form import LinearStandardFormCompiler
 
+    # the columns in declaration order (the order a persistent interface would add them)
+    order = list(m.component_data_objects(pyo.Var, descend_into=True))
     try:
-        info = LinearStandardFormCompiler().write(m, mixed_form=True, set_sense=pyo.minimize)
+        info = LinearStandardFormCompiler().write(m, mixed_form=True, set_sense=pyo.minimize, column_order=order)
     except InfeasibleConstraintException as exc:
         raise TriviallyInfeasible(str(exc)) from exc
     cols = list(info.columns)
@@ -304,9 +306,8 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     lp.a_matrix_.index_ = form.a.indices.astype(np.int32)
     lp.a_matrix_.value_ = form.a.data.astype(float)
     if form.integer.any():
-        lp.integrality_ = [
-            highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in form.integer
-        ]
+        kinds = highspy.HighsVarType.kInteger, highspy.HighsVarType.kContinuous
+        lp.integrality_ = [kinds[0] if i else kinds[1] for i in form.integer]
     h.passModel(lp)
     limit = options.solve_time_limit()
     if limit is not None:
@@ -320,9 +321,12 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     ):
         h.setOptionValue(key, val)
     if options.solver_log:
+        from pyomo.common.log import LogStream
+        from pyomo.common.tee import capture_output
+
         h.setOptionValue("output_flag", True)
         h.setOptionValue("log_to_console", True)
-        with _stdout_to_stderr():
+        with _log_to_stderr() as logger, capture_output(output=LogStream(logging.INFO, logger), capture_fd=True):
             h.run()
     else:
         h.run()
