@@ -173,9 +173,15 @@ def default_penalty(coeffs: Coefficients, options: PlanOptions) -> float:
     cfg = usable_configs(coeffs, options)
     if cfg.empty:
         return 1.0
-    epoch_s = float(coeffs.epoch_s)
-    a, h = objective_coefficients(cfg, coeffs, options.objective, epoch_s)
-    per_req = h / (cfg["cap_rps"] * epoch_s) + a
+    a, h = objective_coefficients(cfg, coeffs, options.objective, float(coeffs.epoch_s))
+    return _penalty_of(cfg, a, h, float(coeffs.epoch_s))
+
+
+def _penalty_of(cfg: pd.DataFrame, a, h, epoch_s: float) -> float:
+    """:func:`default_penalty` from the usable rows and their objective coefficients."""
+    if cfg.empty:
+        return 1.0
+    per_req = np.asarray(h, dtype=float) / (cfg["cap_rps"].to_numpy(dtype=float) * epoch_s) + np.asarray(a, dtype=float)
     worst = float(per_req.max())
     return DEFAULT_PENALTY_FACTOR * worst if worst > 0 else 1.0
 
@@ -220,16 +226,18 @@ def shared_slo_ok(rows: list[_Shared], phase: str, rtol: float = 1e-9) -> bool:
     stall = rows[longest].ttft_s if phase != "decode" else 0.0
     tpot = max(r.tpot_s for r in rows) if phase != "prefill" else 0.0
 
-    def late(value: float, target: float) -> bool:
-        return not math.isnan(target) and value > target * (1 + rtol)
-
+    scale = 1 + rtol  # late: a target is set (not NaN) and the value exceeds it
+    first_token, per_token, end_to_end = phase != "decode", phase != "prefill", phase == "colocated"
     for i, r in enumerate(rows):
         ttft = r.ttft_s + (0.0 if i == longest else stall)
-        if phase != "decode" and late(ttft, r.ttft_slo_s):
+        target = r.ttft_slo_s
+        if first_token and target == target and ttft > target * scale:
             return False
-        if phase != "prefill" and late(tpot, r.tpot_slo_s):
+        target = r.tpot_slo_s
+        if per_token and target == target and tpot > target * scale:
             return False
-        if phase == "colocated" and late(ttft + r.output_tokens * tpot, r.e2e_slo_s):
+        target = r.e2e_slo_s
+        if end_to_end and target == target and ttft + r.output_tokens * tpot > target * scale:
             return False
     return True
 
@@ -242,20 +250,24 @@ def shared_groups(cfg: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
     type is in exactly one cluster, so a dedicated plan is a pooled plan (pooled is never worse)."""
     if cfg.empty:
         return pd.Series([], index=cfg.index, dtype=object)
-    slo = buckets.set_index("bucket")
     b = cfg["bucket"].astype(str)
+    names = buckets["bucket"].astype(str).tolist()
+    classes = b.tolist()
 
     def col(frame_col: pd.Series) -> list[float]:
         return frame_col.astype(float).fillna(0.0).tolist()
 
     def slo_col(name: str) -> list[float]:
-        return b.map(slo[name]).astype(float).tolist() if name in slo else [math.nan] * len(b)
+        if name not in buckets:
+            return [math.nan] * len(classes)
+        by_name = dict(zip(names, buckets[name].astype(float).tolist(), strict=True))
+        return [by_name.get(x, math.nan) for x in classes]
 
     ttft = np.asarray(col(cfg["ttft_s"])) + np.asarray(col(cfg.get("kv_transfer_s", pd.Series(0.0, index=cfg.index))))
     rows = [
         _Shared(*vals)
         for vals in zip(
-            b.tolist(), slo_col("input_tokens"), slo_col("output_tokens"), ttft.tolist(), col(cfg["tpot_s"]),
+            classes, slo_col("input_tokens"), slo_col("output_tokens"), ttft.tolist(), col(cfg["tpot_s"]),
             slo_col("ttft_slo_s"), slo_col("tpot_slo_s"), slo_col("e2e_slo_s"), strict=True,
         )
     ]  # fmt: skip
@@ -325,7 +337,8 @@ def _placed_shapes(cfg: pd.DataFrame, chips: set[str]) -> pd.Series:
 
 
 def prepare(coeffs: Coefficients, options: PlanOptions) -> Prepared:
-    """The epoch-independent part of :func:`build_context`, computed once per horizon.
+    """The epoch-independent part of :func:`build_context`, computed once per horizon. Its
+    ``options`` are ``options`` resolved (:func:`resolve_options`: the default penalty fixed).
 
     Pruning over all classes (not only those with demand in an epoch) is still exact: a group must
     then dominate on more classes, so fewer groups are dropped.
@@ -343,7 +356,9 @@ def prepare(coeffs: Coefficients, options: PlanOptions) -> Prepared:
         cfg["group"] = shared_groups(cfg, coeffs.buckets)
     else:
         cfg["group"] = cfg[GROUPING[options.variant]]
-    penalty = float(resolve_options(coeffs, options).unserved_penalty or 1.0)
+    if options.unserved_penalty is None:  # the default, from the rows just derived (resolve_options)
+        options = options.replace(unserved_penalty=_penalty_of(cfg, a, h, epoch_s))
+    penalty = float(options.unserved_penalty or 1.0)
     if options.prune_dominated:
         cfg = prune_dominated(cfg, extra=[(f"bound_{m}_per_req", f"bound_{m}_held") for m, _ in options.bounds])
     groups = placed_pods(coeffs, options)
@@ -418,21 +433,43 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[st
     """
     if cfg.empty:
         return cfg
-    keep: list[str] = []
+    grp = cfg["group"].astype(str).to_numpy()
+    bkt = cfg["bucket"].astype(str).to_numpy()
+    g_names, g_idx = np.unique(grp, return_inverse=True)
+    b_names, b_idx = np.unique(bkt, return_inverse=True)
     # g' must serve every class g serves: when each group serves one class (the dedicated variant),
     # only groups of the same class can dominate each other, and comparing class by class keeps the
     # pairwise arrays small (G_b^2 instead of G^2 x B).
-    one_class = bool((cfg.groupby("group")["bucket"].nunique() == 1).all())
-    keys = ["chip", "phase", "bucket"] if one_class else ["chip", "phase"]
-    for _, part in cfg.groupby(keys, sort=True):
-        cap = part.pivot(index="group", columns="bucket", values="cap_rps")
-        acoef = part.pivot(index="group", columns="bucket", values="var_obj_per_req").loc[cap.index, cap.columns]
-        head = part.drop_duplicates("group").set_index("group").loc[cap.index]
-        ids = np.array(cap.index, dtype=object)
-        c = cap.to_numpy(dtype=float)  # NaN where the group does not serve the class
-        a = acoef.to_numpy(dtype=float)
-        chips_g = head["chips_per_vpod"].to_numpy(dtype=float)
-        h = head["held_obj_per_vpod"].to_numpy(dtype=float)
+    pairs = np.unique(g_idx * len(b_names) + b_idx)
+    one_class = bool((np.bincount(pairs // len(b_names), minlength=len(g_names)) == 1).all())
+    part_code = np.zeros(len(cfg), dtype=np.int64)
+    for col in (cfg["chip"].astype(str).to_numpy(), cfg["phase"].astype(str).to_numpy(), *([bkt] if one_class else [])):
+        u, inv = np.unique(col, return_inverse=True)
+        part_code = part_code * len(u) + inv
+    cap_all = cfg["cap_rps"].to_numpy(dtype=float)
+    a_all = cfg["var_obj_per_req"].to_numpy(dtype=float)
+    chips_all = cfg["chips_per_vpod"].to_numpy(dtype=float)
+    h_all = cfg["held_obj_per_vpod"].to_numpy(dtype=float)
+    extras = [(cfg[ca].to_numpy(dtype=float), cfg[ch].to_numpy(dtype=float)) for ca, ch in extra or []]
+    keep = np.zeros(len(g_names), dtype=bool)
+    order = np.argsort(part_code, kind="stable")
+    cuts = np.flatnonzero(np.diff(part_code[order])) + 1
+    for rows in np.split(order, cuts):
+        gi, gl = np.unique(g_idx[rows], return_inverse=True)  # group codes sort as the names do
+        _, bl = np.unique(b_idx[rows], return_inverse=True)
+        shape = (len(gi), int(bl.max()) + 1)
+
+        def table(values: np.ndarray, rows=rows, gl=gl, bl=bl, shape=shape) -> np.ndarray:
+            out = np.full(shape, np.nan)
+            out[gl, bl] = values[rows]
+            return out
+
+        first = np.empty(len(gi), dtype=np.int64)
+        first[gl[::-1]] = rows[::-1]  # each group's first row (its per-vPod columns)
+        c = table(cap_all)  # NaN where the group does not serve the class
+        a = table(a_all)
+        chips_g = chips_all[first]
+        h = h_all[first]
         serves = ~np.isnan(c)
         c0 = np.where(serves, c, 0.0)
         a_inf = np.where(serves, a, np.inf)
@@ -453,19 +490,18 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[st
                 | np.any(serves[:, None, :] & (a_inf[None, :, :] < a_inf[:, None, :] - rtol), axis=2)
                 | np.any(serves[:, None, :] & (m[:, :, None] * c0[None, :, :] > c0[:, None, :] * (1 + rtol)), axis=2)
             )
-        for col_a, col_h in extra or []:
-            xa = part.pivot(index="group", columns="bucket", values=col_a).loc[cap.index, cap.columns].to_numpy(float)
-            xh = head[col_h].to_numpy(dtype=float)
-            xa_inf = np.where(serves, xa, np.inf)
+        for xa_all, xh_all in extras:
+            xa_inf = np.where(serves, table(xa_all), np.inf)
+            xh = xh_all[first]
             tol_x = rtol * np.maximum(np.abs(xh), 1.0)
             with np.errstate(invalid="ignore"):
                 a_ok &= np.all(~serves[:, None, :] | (xa_inf[None, :, :] <= xa_inf[:, None, :] + rtol), axis=2)
                 h_ok &= m * xh[None, :] <= xh[:, None] + tol_x[:, None]
-        earlier = ids[None, :] < ids[:, None]
+        earlier = gi[None, :] < gi[:, None]
         dom = covers & a_ok & chips_ok & h_ok & (strict | earlier)
         np.fill_diagonal(dom, False)
-        keep.extend(ids[~dom.any(axis=1)].tolist())
-    return cfg[cfg["group"].isin(set(keep))].reset_index(drop=True)
+        keep[gi[~dom.any(axis=1)]] = True
+    return cfg[keep[g_idx]].reset_index(drop=True)
 
 
 def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
@@ -474,17 +510,23 @@ def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
     if cfg.empty:
         return pd.DataFrame(columns=cols)
     g = cfg[cols]
+    keys = [str(k) for k in g["group"].tolist()]
+    first: dict[str, int] = {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
     if variant == "pooled":
-        spread = g.groupby("group")[list(GROUP_COLUMNS[2:]) + ["held_obj_per_vpod"]].nunique(dropna=False)
-        bad = spread[(spread > 1).any(axis=1)]
-        if not bad.empty:
+        # one value per group of each per-vPod column (NaN counts as a value)
+        check = [g[c].tolist() for c in (*GROUP_COLUMNS[2:], "held_obj_per_vpod")]
+        values = [tuple("nan" if v != v else v for v in vals) for vals in zip(*check, strict=True)]
+        bad = sorted({k for i, k in enumerate(keys) if values[i] != values[first[k]]})
+        if bad:
             raise InputError(
-                f"vPod type {bad.index[0]!r} has different per-vPod columns across classes "
+                f"vPod type {bad[0]!r} has different per-vPod columns across classes "
                 "(chips_per_vpod, static_power_w, price_usd_per_hour, embodied_kg_per_hour must agree "
                 "for the pooled variant)",
                 where="coefficients.configs",
             )
-    return g.drop_duplicates("group").sort_values("group").reset_index(drop=True)
+    return g.iloc[[first[k] for k in sorted(first)]].reset_index(drop=True)
 
 
 def servable_table(ctx: EpochContext) -> dict[tuple[str, str], dict[str, float]]:

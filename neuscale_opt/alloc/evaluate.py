@@ -65,41 +65,65 @@ def _rel_ok(lhs: float, rhs: float, rtol: float = RTOL) -> bool:
     return lhs <= rhs + rtol * max(1.0, abs(rhs))
 
 
+def _strs(values: pd.Series) -> list[str]:
+    return [str(v) for v in values.tolist()]
+
+
+def _codes(*cols: list[Any]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """Codes of the distinct key tuples of the columns (sorted keys), and the keys."""
+    keys = list(zip(*cols, strict=True))
+    uniq = sorted(set(keys))
+    pos = {k: i for i, k in enumerate(uniq)}
+    return np.array([pos[k] for k in keys], dtype=np.int64), uniq
+
+
 def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     """Re-check ``solution`` against ``coeffs`` and account energy, money, carbon and chips.
 
     Reads from the solution only its rows, its unserved table and the options that define the
     problem it claims to solve (objective, serving mode, utilisation cap, whether unserved demand
-    is allowed and at which penalty).
+    is allowed and at which penalty). Vectorised over the rows (numpy; no per-row pandas work).
     """
     opts = solution.options
     t = float(coeffs.epoch_s)
-    rows = solution.allocations.copy()
+    rows = solution.allocations.copy(deep=False)
+    rows.attrs = {}  # no metadata to carry through every operation below
     violations: list[str] = []
-    cfg = coeffs.configs.set_index("config_id")
+    table = coeffs.configs
     chips = coeffs.chips.set_index("chip")
 
     # -- rows against the coefficient table ------------------------------------------------
-    known = rows["config_id"].isin(cfg.index)
-    for cid in rows.loc[~known, "config_id"]:
-        violations.append(f"row config {cid!r} is not in the coefficient table")
-    rows = rows[known].reset_index(drop=True)
-    ref = cfg.loc[rows["config_id"]].reset_index()
+    where = {cid: i for i, cid in enumerate(_strs(table["config_id"]))}
+    row_ids = _strs(rows["config_id"])
+    known = np.array([cid in where for cid in row_ids], dtype=bool)
+    for cid, ok in zip(rows["config_id"].tolist(), known, strict=True):
+        if not ok:
+            violations.append(f"row config {cid!r} is not in the coefficient table")
+    if not known.all():
+        rows = rows[known].reset_index(drop=True)
+        row_ids = [c for c, ok in zip(row_ids, known, strict=True) if ok]
+    ref = table.iloc[[where[c] for c in row_ids]].reset_index(drop=True)
+    ref.attrs = {}
+    ids = ref["config_id"].tolist()
     for col in ("bucket", "phase", "chip", "shape", "chips_per_vpod", "vpod_type"):
-        diff = rows[col].astype(str).to_numpy() != ref[col].astype(str).to_numpy()
-        for cid in rows.loc[diff, "config_id"]:
-            violations.append(f"row {cid!r}: column {col} disagrees with the coefficient table")
-    bad_phase = ~ref["phase"].isin(_PHASES[opts.serving])
-    for cid in ref.loc[bad_phase, "config_id"]:
-        violations.append(f"row {cid!r}: phase not used by serving mode {opts.serving!r}")
+        for cid, a, b in zip(ids, _strs(rows[col]), _strs(ref[col]), strict=True):
+            if a != b:
+                violations.append(f"row {cid!r}: column {col} disagrees with the coefficient table")
+    ref_phase = _strs(ref["phase"])
+    for cid, ph in zip(ids, ref_phase, strict=True):
+        if ph not in _PHASES[opts.serving]:
+            violations.append(f"row {cid!r}: phase not used by serving mode {opts.serving!r}")
     slo_ok = meets_slo(ref, coeffs.buckets).to_numpy()
-    for cid in ref.loc[~slo_ok, "config_id"]:
-        violations.append(f"row {cid!r}: configuration misses its class's SLO")
-    if (rows["rate_rps"].astype(float) < -1e-9).any() or (rows["n_vpods"].astype(float) < 0).any():
+    for cid, ok in zip(ids, slo_ok, strict=True):
+        if not ok:
+            violations.append(f"row {cid!r}: configuration misses its class's SLO")
+    rate = rows["rate_rps"].to_numpy(dtype=float)
+    n_v = rows["n_vpods"].to_numpy(dtype=float)
+    if (rate < -1e-9).any() or (n_v < 0).any():
         violations.append("negative rate or vPod count")
 
     # -- effective capacity per row (KV transfer bandwidth when disaggregated) ---------------
-    mu = ref["max_rate_rps"].astype(float).to_numpy()
+    mu = ref["max_rate_rps"].to_numpy(dtype=float)
     dcn_j = np.zeros(len(ref))
     if opts.serving == "disaggregated" and len(ref):
         kv = ref["kv_bytes_per_req"].astype(float).fillna(0.0).to_numpy()
@@ -113,46 +137,60 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
             mu = np.where(kv > 0, np.minimum(mu, bw / np.where(kv > 0, kv, 1.0)), mu)
         violations.extend(_kv_ttft_violations(ref, coeffs, bw, kv))
     u = row_shares(ref, coeffs, opts)
-    rows["_load"] = rows["rate_rps"].astype(float).to_numpy() / (u * mu)
+    load = rate / (u * mu)
     # load-dependent energy (formulation E1-E8) on the traffic that arrives on average (the
     # arrival ratio x the provisioned rate): marginal energy per request, weight streaming at each
     # group's own load
-    rate = rows["rate_rps"].astype(float).to_numpy()
     _, marg_j = request_energy_split_j(ref, u * mu)
     arriving = arrival_ratio(rows, coeffs.demand, coeffs.buckets) * rate
-    keys = rows["epoch"].astype(str) + "|" + rows["vpod_group"].astype(str)
-    rows["_busy_j"] = busy_energy_rate_w(ref, arriving, rows["n_vpods"].astype(float).to_numpy(), keys)
-    rows["_dyn_j"] = rows["_busy_j"] + (marg_j + dcn_j) * arriving
-    for col in ("static_power_w", "price_usd_per_hour", "embodied_kg_per_hour"):
-        rows["_" + col] = ref[col].astype(float).fillna(0.0).to_numpy()
+    epoch_col = rows["epoch"].to_numpy()
+    group_col = _strs(rows["vpod_group"])
+    keys = [f"{e}|{g}" for e, g in zip(_strs(rows["epoch"]), group_col, strict=True)]
+    busy_j = busy_energy_rate_w(ref, arriving, n_v, keys)
+    dyn_j = busy_j + (marg_j + dcn_j) * arriving
+    static_w = ref["static_power_w"].astype(float).fillna(0.0).to_numpy()
+    price_h = ref["price_usd_per_hour"].astype(float).fillna(0.0).to_numpy()
+    emb_h = ref["embodied_kg_per_hour"].astype(float).fillna(0.0).to_numpy()
 
     # -- groups: one count per (epoch, vpod_group), capacity ---------------------------------
-    grp = rows.groupby(["epoch", "vpod_group"], sort=True)
-    groups = grp.agg(
-        n=("n_vpods", "max"),
-        n_min=("n_vpods", "min"),
-        load=("_load", "sum"),
-        chip=("chip", "first"),
-        shape=("shape", "first"),
-        chips_per_vpod=("chips_per_vpod", "first"),
-        static_w=("_static_power_w", "first"),
-        price=("_price_usd_per_hour", "first"),
-        emb=("_embodied_kg_per_hour", "first"),
-    ).reset_index()
-    for g in groups.itertuples():
-        if g.n != g.n_min:
-            violations.append(f"epoch {g.epoch} group {g.vpod_group!r}: rows disagree on n_vpods")
-        if not _rel_ok(g.load, g.n):
-            violations.append(
-                f"epoch {g.epoch} group {g.vpod_group!r}: load {g.load:.6g} vPods exceeds {int(g.n)} held"
-            )
-    groups["chips"] = groups["n"].astype(float) * groups["chips_per_vpod"].astype(float)
-    chips_used = groups.groupby(["epoch", "chip"])["chips"].sum()
+    epochs_int = [int(e) for e in epoch_col.tolist()]
+    gcode, gkeys = _codes(epochs_int, group_col)
+    ng = len(gkeys)
+    first = np.full(ng, -1, dtype=np.int64)
+    first[gcode[::-1]] = np.arange(len(gcode))[::-1]
+    g_n = np.full(ng, -np.inf)
+    np.maximum.at(g_n, gcode, n_v)
+    g_nmin = np.full(ng, np.inf)
+    np.minimum.at(g_nmin, gcode, n_v)
+    g_load = np.zeros(ng)
+    np.add.at(g_load, gcode, load)
+    row_chip = _strs(rows["chip"])
+    row_shape = _strs(rows["shape"])
+    row_cpv = rows["chips_per_vpod"].to_numpy(dtype=float)
+    for gi, (e, g) in enumerate(gkeys):
+        if g_n[gi] != g_nmin[gi]:
+            violations.append(f"epoch {e} group {g!r}: rows disagree on n_vpods")
+        if not _rel_ok(g_load[gi], g_n[gi]):
+            violations.append(f"epoch {e} group {g!r}: load {g_load[gi]:.6g} vPods exceeds {int(g_n[gi])} held")
+    g_chip = [row_chip[i] for i in first]
+    g_chips = g_n * row_cpv[first] if ng else np.zeros(0)
+    ccode, ckeys = _codes([k[0] for k in gkeys], g_chip)
+    used_chips = np.zeros(len(ckeys))
+    np.add.at(used_chips, ccode, g_chips)
     inventory = coeffs.inventory()
-    for (e, c), used in chips_used.items():
+    for (e, c), used in zip(ckeys, used_chips.tolist(), strict=True):
         cap = inventory.get(str(c), 0.0)
         if not math.isinf(cap) and not _rel_ok(used, cap):
             violations.append(f"epoch {e}: {c} uses {used:.0f} chips of {cap:.0f} healthy")
+    groups = pd.DataFrame(
+        {
+            "epoch": [k[0] for k in gkeys],
+            "vpod_group": [k[1] for k in gkeys],
+            "n": g_n,
+            "chip": g_chip,
+            "shape": [row_shape[i] for i in first],
+        }
+    )
 
     # -- placement ----------------------------------------------------------------------------
     placement_status, unplaced, problems = _check_placement(solution, coeffs, groups)
@@ -160,7 +198,10 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
 
     # -- coverage ---------------------------------------------------------------------------
     uns = solution.unserved
-    uns_map = {(int(r.epoch), str(r.bucket)): float(r.unserved_rps) for r in uns.itertuples()}
+    uns_map = {
+        (int(e), str(b)): float(v)
+        for e, b, v in zip(uns["epoch"].tolist(), uns["bucket"].tolist(), uns["unserved_rps"].tolist(), strict=True)
+    }
     if uns_map and not opts.allow_unserved and any(v > 0 for v in uns_map.values()):
         short = sorted({e for (e, _b), v in uns_map.items() if v > 0})
         shown = ", ".join(map(str, short[:8])) + (" ..." if len(short) > 8 else "")
@@ -168,42 +209,58 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
             f"plan leaves {sum(uns_map.values()):.4g} req/s unserved in epoch(s) {shown} but unserved demand "
             "is not allowed"
         )
-    served = rows.groupby(["epoch", "bucket", "phase"])["rate_rps"].sum()
-    for d in coeffs.demand.itertuples():
-        rate = float(d.rate_rps)
-        e, b = int(d.epoch), str(d.bucket)
-        for p in sorted(_PHASES[opts.serving]):
+    scode, skeys = _codes(epochs_int, _strs(rows["bucket"]), _strs(rows["phase"]))
+    served_sum = np.zeros(len(skeys))
+    np.add.at(served_sum, scode, rate)
+    served = dict(zip(skeys, served_sum.tolist(), strict=True))
+    dem = coeffs.demand
+    dem_e = [int(e) for e in dem["epoch"].tolist()]
+    dem_b = _strs(dem["bucket"])
+    dem_r = dem["rate_rps"].to_numpy(dtype=float).tolist()
+    phases = sorted(_PHASES[opts.serving])
+    for e, b, d_rate in zip(dem_e, dem_b, dem_r, strict=True):
+        for p in phases:
             got = float(served.get((e, b, p), 0.0)) + uns_map.get((e, b), 0.0)
-            if abs(got - rate) > RTOL * max(1.0, rate):
+            if abs(got - d_rate) > RTOL * max(1.0, d_rate):
                 violations.append(
-                    f"epoch {e} class {b!r} ({p}): served + unserved = {got:.6g} req/s, demand {rate:.6g}"
+                    f"epoch {e} class {b!r} ({p}): served + unserved = {got:.6g} req/s, demand {d_rate:.6g}"
                 )
 
     # -- accounting ---------------------------------------------------------------------------
-    tokens = coeffs.buckets.set_index("bucket")
+    tokens = coeffs.buckets
     # tokens of the requests that arrive on average: served share of the provisioned rate x the
     # arrival ratio (formulation, "Accounting")
-    tok_per_req = (tokens["input_tokens"].astype(float) + tokens["output_tokens"].astype(float)).to_dict()
-    dem_all = coeffs.demand.assign(arrival_ratio=arrival_ratio(coeffs.demand, coeffs.demand, coeffs.buckets))
+    tok_per_req = dict(
+        zip(
+            _strs(tokens["bucket"]),
+            (tokens["input_tokens"].astype(float) + tokens["output_tokens"].astype(float)).tolist(),
+            strict=True,
+        )
+    )
+    dem_ratio = arrival_ratio(dem, dem, coeffs.buckets).tolist()
     kg_per_j = coeffs.carbon_kg_per_kwh / J_PER_KWH
+    g_epoch = np.array([k[0] for k in gkeys], dtype=np.int64)
+    r_epoch = np.array(epochs_int, dtype=np.int64)
+    g_static = static_w[first] if ng else np.zeros(0)
+    g_price = price_h[first] if ng else np.zeros(0)
+    g_emb = emb_h[first] if ng else np.zeros(0)
     per_epoch = []
     for e in coeffs.epochs:
-        ge = groups[groups["epoch"] == e]
-        re_ = rows[rows["epoch"] == e]
-        dyn_j = float(re_["_dyn_j"].sum()) * t
-        busy_j = float(re_["_busy_j"].sum()) * t
-        static_j = float(static_energy_j(ge["static_w"], ge["n"].astype(float) * t).sum())
-        energy = coeffs.pue * (dyn_j + static_j)
-        cost = float((ge["price"] * ge["n"].astype(float)).sum()) * t / 3600.0
-        carbon = energy * kg_per_j + float((ge["emb"] * ge["n"].astype(float)).sum()) * t / 3600.0
+        ge = g_epoch == int(e)
+        re_ = r_epoch == int(e)
+        n_e = g_n[ge]
+        e_dyn = float(np.nansum(dyn_j[re_])) * t
+        e_busy = float(np.nansum(busy_j[re_])) * t
+        static_j = float(static_energy_j(g_static[ge], n_e * t).sum())
+        energy = coeffs.pue * (e_dyn + static_j)
+        cost = float(np.nansum(g_price[ge] * n_e)) * t / 3600.0
+        carbon = energy * kg_per_j + float(np.nansum(g_emb[ge] * n_e)) * t / 3600.0
         unserved_rps = sum(v for (ee, _), v in uns_map.items() if ee == e)
-        dem_e = dem_all[dem_all["epoch"] == e]
         tok = (
             sum(
-                max(float(r.rate_rps) - uns_map.get((e, str(r.bucket)), 0.0), 0.0)
-                * float(r.arrival_ratio)
-                * tok_per_req.get(r.bucket, 0.0)
-                for r in dem_e.itertuples()
+                max(d_rate - uns_map.get((e, b), 0.0), 0.0) * ratio * tok_per_req.get(b, 0.0)
+                for de, b, d_rate, ratio in zip(dem_e, dem_b, dem_r, dem_ratio, strict=True)
+                if de == e
             )
             * t
         )
@@ -216,27 +273,32 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
                 "unserved_rps": unserved_rps,
                 "tokens": tok,
                 "energy_static_j": static_j,
-                "energy_busy_j": busy_j,
-                "energy_dynamic_j": dyn_j,
+                "energy_busy_j": e_busy,
+                "energy_dynamic_j": e_dyn,
             }
         )
     by_epoch = pd.DataFrame(per_epoch, columns=["epoch", "energy_j", "cost_usd", "carbon_kg", "unserved_rps", "tokens"])
-    parts = pd.DataFrame(per_epoch, columns=["energy_static_j", "energy_busy_j", "energy_dynamic_j"])
-    peak = chips_used.groupby(level="chip").max() if len(chips_used) else pd.Series(dtype=float)
-    energy = float(by_epoch["energy_j"].sum())
-    cost = float(by_epoch["cost_usd"].sum())
-    tokens_total = float(by_epoch["tokens"].sum())
+    peak: dict[str, float] = {}
+    for (_e, c), used in zip(ckeys, used_chips.tolist(), strict=True):
+        peak[str(c)] = max(peak.get(str(c), -math.inf), used)
+
+    def total(name: str) -> float:  # NaN-skipping sums over the epochs
+        return float(np.nansum(np.array([r[name] for r in per_epoch], dtype=float)))
+
+    energy = total("energy_j")
+    cost = total("cost_usd")
+    tokens_total = total("tokens")
     totals: dict[str, Any] = {
         "energy_j": energy,
         "cost_usd": cost,
-        "carbon_kg": float(by_epoch["carbon_kg"].sum()),
-        "chips_by_version": {str(c): int(round(v)) for c, v in sorted(peak.items())},
-        "unserved_rps": float(by_epoch["unserved_rps"].max()) if len(by_epoch) else 0.0,
+        "carbon_kg": total("carbon_kg"),
+        "chips_by_version": {c: int(round(v)) for c, v in sorted(peak.items())},
+        "unserved_rps": float(by_epoch["unserved_rps"].max()) if per_epoch else 0.0,
         "tokens": tokens_total,
         "tokens_per_j": tokens_total / energy if energy > 0 else math.nan,
         "tokens_per_usd": tokens_total / cost if cost > 0 else math.nan,
         # components before PUE (E1 static, E2 busy; dynamic = busy + marginal), as the replay's
-        **{c: float(parts[c].sum()) for c in parts.columns},
+        **{c: total(c) for c in ("energy_static_j", "energy_busy_j", "energy_dynamic_j")},
     }
     key = {"energy": "energy_j", "cost": "cost_usd", "carbon": "carbon_kg"}[solution.objective]
     penalty = float(solution.penalty_per_req) * t * sum(uns_map.values())

@@ -17,6 +17,35 @@ from neuscale_opt.alloc.context import EpochContext
 from neuscale_opt.topology.milp import add_placement_constraints
 
 
+class _Rows:
+    """The context's configuration and group columns as plain lists (read once per model: the
+    builders then index dicts, not data frames)."""
+
+    def __init__(self, ctx: EpochContext) -> None:
+        cfg, grp = ctx.configs, ctx.groups
+        self.ids = [str(k) for k in cfg["config_id"].tolist()]
+        self.bucket = [str(b) for b in cfg["bucket"].tolist()]
+        self.phase = [str(p) for p in cfg["phase"].tolist()]
+        self.group = [str(g) for g in cfg["group"].tolist()]
+        self.cap = [float(c) for c in cfg["cap_rps"].tolist()]
+        self.a = dict(zip(self.ids, (float(x) for x in cfg["var_obj_per_req"].tolist()), strict=True))
+        self.groups = [str(g) for g in grp["group"].tolist()]
+        self.g_chip = dict(zip(self.groups, (str(c) for c in grp["chip"].tolist()), strict=True))
+        self.g_chips = dict(zip(self.groups, (float(c) for c in grp["chips_per_vpod"].tolist()), strict=True))
+        self.h = dict(zip(self.groups, (float(x) for x in grp["held_obj_per_vpod"].tolist()), strict=True))
+        self.bucket_of = dict(zip(self.ids, self.bucket, strict=True))
+
+
+#: The plain view of the last context a model was built from (each builder reads it).
+_LAST_ROWS: list[tuple[EpochContext, _Rows]] = []
+
+
+def _rows(m: pyo.ConcreteModel, ctx: EpochContext) -> _Rows:
+    if not _LAST_ROWS or _LAST_ROWS[0][0] is not ctx:
+        _LAST_ROWS[:] = [(ctx, _Rows(ctx))]
+    return _LAST_ROWS[0][1]
+
+
 def add_sets(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     """Index sets, all sorted so that the model (and the plan) is the same run to run.
 
@@ -28,12 +57,12 @@ def add_sets(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     * ``PLACED_SHAPES`` (C^pl x S): (generation, canonical shape) pairs of the groups of the placed
       generations (only when something is placed).
     """
-    cfg = ctx.configs
-    m.CONFIGS = pyo.Set(initialize=sorted(cfg["config_id"]), ordered=True)
-    m.GROUPS = pyo.Set(initialize=sorted(ctx.groups["group"]), ordered=True)
+    rows = _rows(m, ctx)
+    m.CONFIGS = pyo.Set(initialize=sorted(rows.ids), ordered=True)
+    m.GROUPS = pyo.Set(initialize=sorted(rows.groups), ordered=True)
     m.COVER = pyo.Set(initialize=ctx.cover, dimen=2, ordered=True)
     m.BUCKETS = pyo.Set(initialize=ctx.buckets, ordered=True)
-    finite = sorted(c for c in set(ctx.groups["chip"]) if not math.isinf(ctx.inventory.get(str(c), math.inf)))
+    finite = sorted(c for c in set(rows.g_chip.values()) if not math.isinf(ctx.inventory.get(c, math.inf)))
     m.CHIPS = pyo.Set(initialize=finite, ordered=True)
     if ctx.options.bounds:
         m.BOUNDS = pyo.Set(initialize=[metric for metric, _ in ctx.options.bounds], ordered=True)
@@ -61,19 +90,17 @@ def add_variables(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     Bounds (valid, they cut no optimal plan): r_k <= d_b(k); n_g <= ceil(sum_{k in g} d_b(k) / c_k)
     and n_g <= floor(H_c / chips_g) for a finite inventory.
     """
-    cfg = ctx.configs
-    by_id = cfg.set_index("config_id")
-    rate_ub = {k: ctx.bucket_rate[str(by_id.at[k, "bucket"])] for k in m.CONFIGS}
+    rows = _rows(m, ctx)
+    rate_ub = {k: ctx.bucket_rate[b] for k, b in zip(rows.ids, rows.bucket, strict=True)}
     load_ub: dict[str, float] = {}
-    for r in cfg.itertuples():
-        load_ub[r.group] = load_ub.get(r.group, 0.0) + ctx.bucket_rate[str(r.bucket)] / float(r.cap_rps)
-    g_attr = ctx.groups.set_index("group")
+    for g, b, cap in zip(rows.group, rows.bucket, rows.cap, strict=True):
+        load_ub[g] = load_ub.get(g, 0.0) + ctx.bucket_rate[b] / cap
     n_ub: dict[str, float] = {}
     for g in m.GROUPS:
         ub = math.ceil(load_ub[g] - 1e-9)
-        inv = ctx.inventory.get(str(g_attr.at[g, "chip"]), math.inf)
+        inv = ctx.inventory.get(rows.g_chip[g], math.inf)
         if not math.isinf(inv):
-            ub = min(ub, math.floor(inv / float(g_attr.at[g, "chips_per_vpod"]) + 1e-9))
+            ub = min(ub, math.floor(inv / rows.g_chips[g] + 1e-9))
         n_ub[g] = max(ub, 0)
     m.n_vpods = pyo.Var(m.GROUPS, domain=pyo.NonNegativeIntegers, bounds=lambda _m, g: (0, n_ub[g]))
     m.rate = pyo.Var(m.CONFIGS, domain=pyo.NonNegativeReals, bounds=lambda _m, k: (0, rate_ub[k]))
@@ -100,16 +127,17 @@ def add_demand_coverage(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     """
     if len(m.COVER) == 0:
         return
-    cfg = ctx.configs
+    rows = _rows(m, ctx)
     members: dict[tuple[str, str], list[str]] = {bp: [] for bp in ctx.cover}
-    for r in cfg.itertuples():
-        members[(str(r.bucket), str(r.phase))].append(r.config_id)
-    has_unserved = hasattr(m, "unserved")
+    for k, b, p in zip(rows.ids, rows.bucket, rows.phase, strict=True):
+        members[(b, p)].append(k)
+    rate = dict(m.rate.items())
+    unserved = dict(m.unserved.items()) if hasattr(m, "unserved") else None
 
     def rule(_m: pyo.ConcreteModel, b: str, p: str):
-        served = sum(_m.rate[k] for k in members[(b, p)])
-        if has_unserved:
-            served = served + _m.unserved[b]
+        served = sum(rate[k] for k in members[(b, p)])
+        if unserved is not None:
+            served = served + unserved[b]
         if isinstance(served, (int, float)):
             return pyo.Constraint.Infeasible
         return served == ctx.demand[(b, p)]
@@ -131,12 +159,15 @@ def add_vpod_capacity(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     """
     if len(m.GROUPS) == 0:
         return
+    rows = _rows(m, ctx)
     members: dict[str, list[tuple[str, float]]] = {g: [] for g in m.GROUPS}
-    for r in ctx.configs.itertuples():
-        members[r.group].append((r.config_id, float(r.cap_rps)))
+    for k, g, c in zip(rows.ids, rows.group, rows.cap, strict=True):
+        members[g].append((k, c))
+    rate = dict(m.rate.items())
+    n = dict(m.n_vpods.items())
 
     def rule(_m: pyo.ConcreteModel, g: str):
-        return sum(_m.rate[k] * (1.0 / c) for k, c in members[g]) <= _m.n_vpods[g]
+        return sum(rate[k] * (1.0 / c) for k, c in members[g]) <= n[g]
 
     m.vpod_capacity = pyo.Constraint(m.GROUPS, rule=rule)
 
@@ -152,13 +183,15 @@ def add_chip_inventory(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     """
     if len(m.CHIPS) == 0:
         return
+    rows = _rows(m, ctx)
     members: dict[str, list[tuple[str, float]]] = {c: [] for c in m.CHIPS}
-    for r in ctx.groups.itertuples():
-        if r.chip in members:
-            members[r.chip].append((r.group, float(r.chips_per_vpod)))
+    for g in rows.groups:
+        if rows.g_chip[g] in members:
+            members[rows.g_chip[g]].append((g, rows.g_chips[g]))
+    n = dict(m.n_vpods.items())
 
     def rule(_m: pyo.ConcreteModel, c: str):
-        return sum(w * _m.n_vpods[g] for g, w in members[c]) <= ctx.inventory[c]
+        return sum(w * n[g] for g, w in members[c]) <= ctx.inventory[c]
 
     m.chip_inventory = pyo.Constraint(m.CHIPS, rule=rule)
 
@@ -201,16 +234,18 @@ def add_slice_assignment(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     if not hasattr(m, "slices"):
         return
     s = int(ctx.options.slice_factor or 1)
-    bucket_of = dict(zip(ctx.configs["config_id"], ctx.configs["bucket"], strict=True))
+    bucket_of = _rows(m, ctx).bucket_of
+    rate, slices = dict(m.rate.items()), dict(m.slices.items())
 
     def rule(_m: pyo.ConcreteModel, k: str):
-        return _m.rate[k] == (ctx.bucket_rate[str(bucket_of[k])] / s) * _m.slices[k]
+        return rate[k] == (ctx.bucket_rate[bucket_of[k]] / s) * slices[k]
 
     m.slice_assignment = pyo.Constraint(m.CONFIGS, rule=rule)
     if hasattr(m, "unserved_slices"):
+        unserved, unserved_slices = dict(m.unserved.items()), dict(m.unserved_slices.items())
 
         def rule_u(_m: pyo.ConcreteModel, b: str):
-            return _m.unserved[b] == (ctx.bucket_rate[b] / s) * _m.unserved_slices[b]
+            return unserved[b] == (ctx.bucket_rate[b] / s) * unserved_slices[b]
 
         m.unserved_slice_assignment = pyo.Constraint(m.BUCKETS, rule=rule_u)
 
@@ -255,12 +290,14 @@ def add_objective(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     a_k and h_g depend on the objective (energy, cost, carbon); see the formulation.
     """
     t = ctx.epoch_s
-    a = dict(zip(ctx.configs["config_id"], ctx.configs["var_obj_per_req"], strict=True))
-    h = dict(zip(ctx.groups["group"], ctx.groups["held_obj_per_vpod"], strict=True))
-    m.served_term = pyo.Expression(expr=sum(t * float(a[k]) * m.rate[k] for k in m.CONFIGS if float(a[k]) != 0.0))
-    m.held_term = pyo.Expression(expr=sum(float(h[g]) * m.n_vpods[g] for g in m.GROUPS if float(h[g]) != 0.0))
+    rows = _rows(m, ctx)
+    a, h = rows.a, rows.h
+    rate, n = dict(m.rate.items()), dict(m.n_vpods.items())
+    m.served_term = pyo.Expression(expr=sum(t * a[k] * rate[k] for k in m.CONFIGS if a[k] != 0.0))
+    m.held_term = pyo.Expression(expr=sum(h[g] * n[g] for g in m.GROUPS if h[g] != 0.0))
     if hasattr(m, "unserved"):
-        m.unserved_term = pyo.Expression(expr=sum(t * ctx.penalty_per_req * m.unserved[b] for b in m.BUCKETS))
+        uns = dict(m.unserved.items())
+        m.unserved_term = pyo.Expression(expr=sum(t * ctx.penalty_per_req * uns[b] for b in m.BUCKETS))
     else:
         m.unserved_term = pyo.Expression(expr=0.0)
     m.total_objective = pyo.Objective(expr=m.served_term + m.held_term + m.unserved_term, sense=pyo.minimize)

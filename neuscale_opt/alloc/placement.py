@@ -107,6 +107,8 @@ def placement_rows(ctx: EpochContext, assigned: GroupPlacements, x: Mapping[str,
     """Rows of ``Solution.placements`` for one epoch: the placement (``Placement.row()``: oriented
     shape, origin, chip coordinates, cube ids of a cube-built slice) and the group it serves, its vPod
     type, the classes it carries in the epoch (``+``-joined) and its index within the group."""
+    if not assigned:
+        return []
     cfg = ctx.configs
     vtype = dict(zip(cfg["group"].astype(str), cfg["vpod_type"].astype(str), strict=True))
     classes: dict[str, set[str]] = {}

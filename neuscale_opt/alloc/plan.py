@@ -44,40 +44,62 @@ from neuscale_opt.alloc.tail import plan_with_tail
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import InputError, TimeLimitError
 
+_ROW_COLUMNS = (
+    "bucket",
+    "phase",
+    "chip",
+    "shape",
+    "chips_per_vpod",
+    "tp",
+    "pp",
+    "ep",
+    "batch",
+    "vpod_type",
+    "config_id",
+    "group",
+)
+
 
 def _rows(ctx: EpochContext, ep: EpochPlan) -> list[dict[str, Any]]:
-    cfg = ctx.configs.set_index("config_id", drop=False)
+    if not any(v > 0 for v in ep.x.values()) and not any(v > 0 for v in ep.n.values()):
+        return []
+    cfg = ctx.configs
+    records = list(zip(*(cfg[c].tolist() for c in _ROW_COLUMNS), strict=True))
+    by_id = {r[10]: r for r in records}
+    first_of_group: dict[Any, tuple[Any, ...]] = {}
+    for r in records:
+        first_of_group.setdefault(r[11], r)
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     for k in sorted(ep.x):
         if ep.x[k] <= 0:
             continue
-        r = cfg.loc[k]
-        g = ep.groups.get(k, r["group"])
+        r = by_id[k]
+        g = ep.groups.get(k, r[11])
         seen.add(g)
         rows.append({**_row(ctx.epoch, r, ep.n.get(g, 0), ep.x[k]), "vpod_group": g})
     for g in sorted(ep.n):
         if ep.n[g] > 0 and g not in seen:
-            r = cfg[cfg["group"] == g].iloc[0]
-            rows.append(_row(ctx.epoch, r, ep.n[g], 0.0))
+            rows.append(_row(ctx.epoch, first_of_group[g], ep.n[g], 0.0))
     return rows
 
 
-def _row(epoch: int, r: pd.Series, n: int, rate: float) -> dict[str, Any]:
+def _row(epoch: int, r: tuple[Any, ...], n: int, rate: float) -> dict[str, Any]:
+    bucket, phase, chip, shape, chips, tp, pp, ep, batch, vtype, cid, group = r
     return {
         "epoch": epoch,
-        "bucket": r["bucket"],
-        "phase": r["phase"],
-        "chip": r["chip"],
-        "shape": r["shape"],
-        "chips_per_vpod": int(r["chips_per_vpod"]),
-        "tp": int(r["tp"]),
-        "pp": int(r["pp"]),
-        "ep": int(r["ep"]),
-        "batch": int(r["batch"]),
-        "vpod_type": r["vpod_type"],
-        "config_id": r["config_id"],
-        "vpod_group": r["group"],
+        "bucket": bucket,
+        "phase": phase,
+        "chip": chip,
+        "shape": shape,
+        "chips_per_vpod": int(chips),
+        "tp": int(tp),
+        "pp": int(pp),
+        "ep": int(ep),
+        "batch": int(batch),
+        "vpod_type": vtype,
+        "config_id": cid,
+        "vpod_group": group,
         "n_vpods": int(n),
         "rate_rps": float(rate),
     }
@@ -200,19 +222,60 @@ def _placement_diagnosis(ctx: EpochContext) -> str | None:
     )
 
 
-def _joint_diagnosis(ctx: EpochContext) -> str:
-    """Every class fits alone, but not together: solve the partial plan to say what is short."""
+#: Seconds the joint-shortage diagnosis searches for its best partial plan (at most the run's own
+#: time limit). A search stopped there is reported as such, with the LP bound on the shortfall.
+DIAGNOSIS_TIME_LIMIT_S = 3.0
+
+
+def shortfall_bound(ctx: EpochContext) -> dict[str, float]:
+    """The LP relaxation's least unserved rate per class (req/s; classes with none left out): the
+    allocation model with unserved demand allowed, integer vPods and slices relaxed to reals and
+    ``sum_b s_b`` minimised. Its total is a proven lower bound on what any plan leaves unserved
+    (a positive total proves the epoch infeasible); its split over classes is one LP optimum."""
+    import pyomo.environ as pyo
+
     relaxed = build_context_like(ctx, allow_unserved=True)
+    m = build_model(relaxed)
+    pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
+    m.total_objective.deactivate()
+    m.shortfall = pyo.Objective(expr=sum(m.unserved[b] for b in m.BUCKETS), sense=pyo.minimize)
+    res = solve_model(m, relaxed.options)
+    return {str(b): v for b, v in sorted(res.values.get("unserved", {}).items()) if v > 1e-9}
+
+
+def _joint_diagnosis(ctx: EpochContext) -> str:
+    """Every class fits alone, but not together: solve the partial plan to say what is short (a
+    search of at most ``DIAGNOSIS_TIME_LIMIT_S``; when it stops unproven, the LP bound says how much
+    is short for certain)."""
+    limit = DIAGNOSIS_TIME_LIMIT_S
+    if ctx.options.time_limit_s is not None:
+        limit = min(limit, float(ctx.options.time_limit_s))
+    relaxed = build_context_like(ctx, allow_unserved=True, time_limit_s=limit)
     res = solve_model(build_model(relaxed), relaxed.options)
     short = {str(b): v for b, v in res.values.get("unserved", {}).items() if v > 1e-9}
+    proven = res.status == "optimal"
+    bound = "" if proven else _bound_note(ctx, limit)
     if not short:
-        return f"epoch {ctx.epoch}: the solver found no plan covering all classes"
+        return f"epoch {ctx.epoch}: the solver found no plan covering all classes{bound}"
     total = sum(short.values())
     classes = ", ".join(f"{b!r} {v:.4g}" for b, v in sorted(short.items(), key=lambda kv: (-kv[1], kv[0])))
     full = _saturated_chips(relaxed, res.values.get("n_vpods", {}))
+    found = "the best partial plan" if proven else f"the best partial plan found in {limit:g} s"
     return (
-        f"epoch {ctx.epoch}: the inventory cannot cover all classes together; the best partial plan "
-        f"leaves {total:.4g} req/s unserved ({classes})" + (f" with {full} fully used" if full else "")
+        f"epoch {ctx.epoch}: the inventory cannot cover all classes together; {found} "
+        f"leaves {total:.4g} req/s unserved ({classes})" + (f" with {full} fully used" if full else "") + bound
+    )
+
+
+def _bound_note(ctx: EpochContext, limit: float) -> str:
+    lp = shortfall_bound(ctx)
+    total = sum(lp.values())
+    if total <= 1e-9:
+        return f" (search stopped at {limit:g} s, not proven minimal; the LP relaxation covers every class)"
+    worst = max(lp.items(), key=lambda kv: (kv[1], kv[0]))
+    return (
+        f" (search stopped at {limit:g} s, not proven minimal; the LP relaxation proves at least "
+        f"{total:.4g} req/s short, e.g. {worst[0]!r} {worst[1]:.4g})"
     )
 
 
@@ -254,9 +317,9 @@ def solve_milp(
     fares under another scenario's coefficients (a group the coefficients cannot use makes the
     epoch infeasible). Give it with ``prune_dominated=False`` so that no held group is pruned."""
     _check(coeffs)
-    opts = resolve_options(coeffs, options or PlanOptions())
+    prep = prepare(coeffs, options or PlanOptions())  # resolves the default penalty on the way
+    opts = prep.options
     per_epoch = []
-    prep = prepare(coeffs, opts)
     for e in coeffs.epochs:
         ctx = build_context(coeffs, opts.start_budget("per-window"), e, prep)
         if fixed_vpods is not None:  # the given vPods held fixed, demand routed over them (no tail rule)
@@ -282,9 +345,9 @@ def unlimited(coeffs: Coefficients, options: PlanOptions | None = None) -> Solut
 def greedy(coeffs: Coefficients, options: PlanOptions | None = None) -> Solution:
     """NeuScale's best-fit heuristic (see :mod:`neuscale_opt.alloc.heuristics`)."""
     _check(coeffs)
-    opts = resolve_options(coeffs, options or PlanOptions())
+    prep = prepare(coeffs, options or PlanOptions())  # resolves the default penalty on the way
+    opts = prep.options
     per_epoch = []
-    prep = prepare(coeffs, opts)
     for e in coeffs.epochs:
         ctx = build_context(coeffs, opts, e, prep)
         ep, info = plan_with_tail(ctx, lambda c: (greedy_epoch(c), {}))
@@ -295,9 +358,9 @@ def greedy(coeffs: Coefficients, options: PlanOptions | None = None) -> Solution
 def homogeneous_one(coeffs: Coefficients, chip: str, options: PlanOptions | None = None) -> Solution:
     """The homogeneous baseline on generation ``chip`` only."""
     _check(coeffs)
-    opts = resolve_options(coeffs, options or PlanOptions())
+    prep = prepare(coeffs, options or PlanOptions())  # resolves the default penalty on the way
+    opts = prep.options
     per_epoch = []
-    prep = prepare(coeffs, opts)
     for e in coeffs.epochs:
         ctx = build_context(coeffs, opts, e, prep)
         ep, info = plan_with_tail(ctx, lambda c: (homogeneous_epoch(c, chip), {}))

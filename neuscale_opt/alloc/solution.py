@@ -198,12 +198,22 @@ def stable_float(x: float, digits: int = 10) -> float:
     return 0.0 if y == 0 else y
 
 
+_EMPTY: dict[tuple[str, ...], pd.DataFrame] = {}
+
+
+def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
+    """An empty table of object columns (a fresh copy of one built once per column set)."""
+    if columns not in _EMPTY:
+        _EMPTY[columns] = pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+    return _EMPTY[columns].copy()
+
+
 def empty_allocations() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object) for c in ALLOC_COLUMNS})
+    return _empty(ALLOC_COLUMNS)
 
 
 def empty_unserved() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object) for c in UNSERVED_COLUMNS})
+    return _empty(UNSERVED_COLUMNS)
 
 
 def tidy_allocations(df: pd.DataFrame) -> pd.DataFrame:
@@ -213,14 +223,14 @@ def tidy_allocations(df: pd.DataFrame) -> pd.DataFrame:
     out = df[list(ALLOC_COLUMNS)].copy()
     for c in ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods"):
         out[c] = out[c].astype(int)
-    out["rate_rps"] = out["rate_rps"].astype(float).map(stable_float)
+    out["rate_rps"] = [stable_float(float(x)) for x in out["rate_rps"].tolist()]
     out = out.sort_values(ALLOC_SORT, kind="mergesort").reset_index(drop=True)
     out.attrs["unit"] = {"rate_rps": "req/s", "n_vpods": "vPods", "chips_per_vpod": "chips"}
     return out
 
 
 def empty_placements() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object) for c in PLACEMENT_COLUMNS})
+    return _empty(PLACEMENT_COLUMNS)
 
 
 def tidy_placements(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -238,7 +248,7 @@ def tidy_unserved(df: pd.DataFrame) -> pd.DataFrame:
         return empty_unserved()
     out = df[list(UNSERVED_COLUMNS)].copy()
     out["epoch"] = out["epoch"].astype(int)
-    out["unserved_rps"] = out["unserved_rps"].astype(float).map(stable_float)
+    out["unserved_rps"] = [stable_float(float(x)) for x in out["unserved_rps"].tolist()]
     out = out[out["unserved_rps"] > 0]
     return out.sort_values(["epoch", "bucket"], kind="mergesort").reset_index(drop=True)
 

@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyomo.environ as pyo
-from pyomo.contrib.appsi.base import TerminationCondition
-from pyomo.contrib.appsi.solvers import Highs
 from pyomo.repn import generate_standard_repn
 
 from neuscale_opt.alloc.options import PlanOptions
@@ -182,42 +180,176 @@ def _stdout_to_stderr():
         os.close(saved)
 
 
+@dataclass(frozen=True)
+class LinearForm:
+    """A linear Pyomo model as arrays (Pyomo's standard-form compiler, ``mixed_form``): the columns
+    (Pyomo variables) with bounds and integrality, the rows ``row_lo <= A x <= row_hi`` and the
+    objective ``c x + offset`` (minimised). ``eliminated`` are the model's variables that appear in
+    no row and no objective term, or are fixed: their value is set without the solver."""
+
+    columns: list
+    col_lo: Any
+    col_hi: Any
+    integer: Any
+    a: Any
+    row_lo: Any
+    row_hi: Any
+    cost: Any
+    offset: float
+
+
+class TriviallyInfeasible(Exception):
+    """A constraint without variables that cannot hold."""
+
+
+def linear_form(m: pyo.ConcreteModel) -> LinearForm:
+    """``m`` compiled to arrays by Pyomo's own linear standard-form compiler (vectorised rows rather
+    than one expression walk per constraint through a persistent interface)."""
+    import numpy as np
+    from pyomo.common.errors import InfeasibleConstraintException
+    from pyomo.repn.plugins.standard_form import LinearStandardFormCompiler
+
+    # the columns in declaration order (the order a persistent interface would add them)
+    order = list(m.component_data_objects(pyo.Var, descend_into=True))
+    try:
+        info = LinearStandardFormCompiler().write(m, mixed_form=True, set_sense=pyo.minimize, column_order=order)
+    except InfeasibleConstraintException as exc:
+        raise TriviallyInfeasible(str(exc)) from exc
+    cols = list(info.columns)
+    n = len(cols)
+    lo = np.empty(n)
+    hi = np.empty(n)
+    integer = np.zeros(n, dtype=bool)
+    for i, v in enumerate(cols):
+        lb, ub = v.bounds
+        lo[i] = -math.inf if lb is None else float(lb)
+        hi[i] = math.inf if ub is None else float(ub)
+        integer[i] = v.is_integer() or v.is_binary()
+    rhs = np.asarray(info.rhs, dtype=float)
+    sense = np.array([r.bound_type for r in info.rows], dtype=int)
+    row_lo = np.where(sense == 1, -math.inf, rhs)
+    row_hi = np.where(sense == -1, math.inf, rhs)
+    a = info.A.tocsc() if n else info.A
+    cost = np.asarray(info.c.toarray()[0], dtype=float) if info.c.shape[0] else np.zeros(n)
+    offset = float(np.asarray(info.c_offset).ravel()[0]) if np.size(info.c_offset) else 0.0
+    return LinearForm(cols, lo, hi, integer, a, row_lo, row_hi, cost, offset)
+
+
+def _load_values(m: pyo.ConcreteModel, form: LinearForm, x) -> None:
+    """Values of the solved columns into the Pyomo variables; variables outside the form take their
+    fixed value, or the bound nearest 0 (they appear in no row nor the objective)."""
+    solved = {id(v) for v in form.columns}
+    for v, val in zip(form.columns, x, strict=True):
+        v.set_value(float(val), skip_validation=True)
+    for v in m.component_data_objects(pyo.Var, descend_into=True):
+        if id(v) in solved or v.fixed:
+            continue
+        lb, ub = v.bounds
+        val = 0.0
+        if lb is not None and lb > 0:
+            val = float(lb)
+        if ub is not None and ub < 0:
+            val = float(ub)
+        v.set_value(val, skip_validation=True)
+
+
+def _new_highs():
+    """A HiGHS instance with its console output off (the one-time banner of the first instance of
+    the process goes to /dev/null rather than to stdout)."""
+    import highspy
+
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # pragma: no cover - no stdout descriptor at all
+        h = highspy.Highs()
+    else:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        try:
+            h = highspy.Highs()
+            h.setOptionValue("output_flag", False)
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(null)
+    h.setOptionValue("output_flag", False)
+    return h
+
+
 def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
+    import highspy
+    import numpy as np
+
     _highs_threads(int(options.threads))
-    opt = Highs()
-    opt.config.load_solution = False
-    opt.config.stream_solver = False
+    try:
+        form = linear_form(m)
+    except TriviallyInfeasible:
+        return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "highs")
+    n = len(form.columns)
+    if n == 0:  # every variable fixed or unused: the objective is a constant
+        _load_values(m, form, [])
+        obj = float(pyo.value(m.total_objective.expr)) if hasattr(m, "total_objective") else form.offset
+        return SolveResult("optimal", obj, obj, 0.0, 0.0, "highs", _values(m))
+    h = _new_highs()
+    lp = highspy.HighsLp()
+    lp.num_col_ = n
+    lp.num_row_ = len(form.row_lo)
+    lp.col_cost_ = form.cost
+    lp.col_lower_ = form.col_lo
+    lp.col_upper_ = form.col_hi
+    lp.row_lower_ = form.row_lo
+    lp.row_upper_ = form.row_hi
+    lp.offset_ = form.offset
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = form.a.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = form.a.indices.astype(np.int32)
+    lp.a_matrix_.value_ = form.a.data.astype(float)
+    if form.integer.any():
+        kinds = highspy.HighsVarType.kInteger, highspy.HighsVarType.kContinuous
+        lp.integrality_ = [kinds[0] if i else kinds[1] for i in form.integer]
+    h.passModel(lp)
     limit = options.solve_time_limit()
     if limit is not None:
-        opt.config.time_limit = limit
-    opt.config.mip_gap = float(options.mip_gap)
-    opt.highs_options = {
-        "threads": int(options.threads),
-        "random_seed": int(options.seed),
-        "mip_rel_gap": float(options.mip_gap),
-        "mip_abs_gap": 1e-9,
-        "presolve": "on",
-    }
+        h.setOptionValue("time_limit", float(limit))
+    for key, val in (
+        ("threads", int(options.threads)),
+        ("random_seed", int(options.seed)),
+        ("mip_rel_gap", float(options.mip_gap)),
+        ("mip_abs_gap", 1e-9),
+        ("presolve", "on"),
+    ):
+        h.setOptionValue(key, val)
     if options.solver_log:
-        with _log_to_stderr() as logger:
-            opt.config.solver_output_logger = logger
-            opt.config.log_level = logging.INFO
-            res = opt.solve(m)
+        from pyomo.common.log import LogStream
+        from pyomo.common.tee import capture_output
+
+        h.setOptionValue("output_flag", True)
+        h.setOptionValue("log_to_console", True)
+        with _log_to_stderr() as logger, capture_output(output=LogStream(logging.INFO, logger), capture_fd=True):
+            h.run()
     else:
-        res = opt.solve(m)
-    tc = res.termination_condition
-    if tc in (TerminationCondition.infeasible, TerminationCondition.infeasibleOrUnbounded):
+        h.run()
+    st = h.getModelStatus()
+    info = h.getInfo()
+    sol = h.getSolution()
+    ms = highspy.HighsModelStatus
+    if st in (ms.kInfeasible, ms.kUnboundedOrInfeasible):
         return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "highs")
-    incumbent = res.best_feasible_objective
-    has_incumbent = incumbent is not None and math.isfinite(incumbent)
-    bound = res.best_objective_bound
-    bound = float(bound) if bound is not None and math.isfinite(bound) else -math.inf
-    if not has_incumbent:
-        status = "no_incumbent" if tc == TerminationCondition.maxTimeLimit else "infeasible"
+    optimal = st == ms.kOptimal
+    has_incumbent = optimal or (st in (ms.kTimeLimit, ms.kIterationLimit, ms.kObjectiveBound) and sol.value_valid)
+    mip = bool(form.integer.any()) and info.mip_node_count != -1
+    obj = float(info.objective_function_value) if has_incumbent else math.nan
+    if mip:
+        bound = float(info.mip_dual_bound)
+    else:
+        bound = obj if has_incumbent else math.nan
+    bound = bound if math.isfinite(bound) else -math.inf
+    if not (has_incumbent and math.isfinite(obj)):
+        status = "no_incumbent" if st == ms.kTimeLimit else "infeasible"
         return SolveResult(status, math.nan, bound, math.inf, 0.0, "highs")
-    res.solution_loader.load_vars()
-    obj = float(incumbent)
-    if tc == TerminationCondition.optimal:
+    _load_values(m, form, sol.col_value)
+    if optimal:
         status = "optimal"
         bound = min(bound, obj) if math.isfinite(bound) else obj
     else:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
+from neuscale_opt.alloc.context import build_context, resolve_options
 from neuscale_opt.alloc.evaluate import evaluate
 from neuscale_opt.alloc.fixtures import make_coefficients, vpod
 from neuscale_opt.alloc.options import PlanOptions
-from neuscale_opt.alloc.plan import greedy, solve_milp
+from neuscale_opt.alloc.plan import greedy, shortfall_bound, solve_milp
 from neuscale_opt.errors import InputError
 
 T = 100.0
@@ -140,3 +142,43 @@ def test_dominance_presolve_drops_only_dominated_groups():
     assert kept == {"big", "lean", "small"}
     full = set(build_context(c, PlanOptions(prune_dominated=False), 0).configs["vpod_type"])
     assert full == {"big", "weak", "fat", "lean", "pair", "small"}
+
+
+def _two_chip_vpods_case():
+    # one generation of 5 chips; vPods of 2 chips serving 10 req/s or of 3 chips serving 14 req/s, of
+    # either class; 15 + 15 req/s. Each class fits alone (two 2-chip vPods, 20 req/s). Together whole
+    # vPods serve at most 24 req/s (one of each: 5 chips), leaving 6 short; the LP relaxation (n <= 2 and
+    # n <= 1 by the inventory bounds) fills 4 chips with 2-chip vPods (5 req/s per chip) and 1/3 of a
+    # 3-chip vPod: 20 + 14/3 req/s, so at least 30 - 74/3 = 16/3 req/s are short for certain (hand-solved)
+    rows = [vpod("g", b, rate=r, chips=k, price=1.0) for k, r in ((2, 10.0), (3, 14.0)) for b in ("a", "b")]
+    return make_coefficients(rows, {"a": 15.0, "b": 15.0}, inventory={"g": 5})
+
+
+def test_shortfall_lp_bound_hand_solved():
+    c = _two_chip_vpods_case()
+    ctx = build_context(c, resolve_options(c, PlanOptions(objective="cost")), 0)
+    assert sum(shortfall_bound(ctx).values()) == pytest.approx(16 / 3)
+    sol = solve_milp(c, PlanOptions(objective="cost"))
+    assert sol.status == "infeasible"
+    assert "together" in sol.diagnosis and "6 req/s unserved" in sol.diagnosis and "g fully used" in sol.diagnosis
+    assert "not proven" not in sol.diagnosis  # solved to optimality within the diagnosis limit
+
+
+def test_unproven_joint_diagnosis_says_so_and_gives_the_lp_bound(monkeypatch):
+    import neuscale_opt.alloc.plan as plan_mod
+
+    real = plan_mod.solve_model
+
+    def stopped(m, options):  # the diagnosis search (time-limited, unserved allowed) ends at its limit
+        res = real(m, options)
+        if options.allow_unserved and options.time_limit_s is not None and res.status == "optimal":
+            return dataclasses.replace(res, status="time_limit")
+        return res
+
+    monkeypatch.setattr(plan_mod, "solve_model", stopped)
+    sol = solve_milp(_two_chip_vpods_case(), PlanOptions(objective="cost"))
+    assert sol.status == "infeasible"
+    line = sol.diagnosis
+    assert "\n" not in line
+    assert f"found in {plan_mod.DIAGNOSIS_TIME_LIMIT_S:g} s" in line and "not proven minimal" in line
+    assert "6 req/s unserved" in line and "at least 5.333 req/s short" in line
