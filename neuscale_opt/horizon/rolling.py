@@ -37,7 +37,7 @@ from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import TimeLimitError
 from neuscale_opt.horizon.context import State, WindowContext, build_window, horizon_options
 from neuscale_opt.horizon.evaluate import evaluate_schedule
-from neuscale_opt.horizon.model import build_model
+from neuscale_opt.horizon.model import add_held_if_used, build_model
 from neuscale_opt.horizon.params import HorizonParams, inventory_schedule
 from neuscale_opt.horizon.placement import epoch_placement_rows, window_placements
 from neuscale_opt.traces.forecast import forecast
@@ -253,7 +253,7 @@ def plan_rolling(
 
 
 #: What the ``bound`` of a rolling plan is (``Solution.meta["bound"]``, ``formulations/horizon.md``).
-RELAXATION_BOUND = "LP relaxation of the full-horizon model on the planned demand"
+RELAXATION_BOUND = "LP relaxation of the full-horizon model on the planned demand (with held_if_used)"
 
 
 def relaxation_bound(
@@ -267,7 +267,9 @@ def relaxation_bound(
     """A proven lower bound on the objective of every schedule that covers ``planned`` (the demand a
     rolling plan planned for, epoch by epoch) under the coupling rules: the optimum of the LP
     relaxation of the full-horizon model (every epoch, warm start at the first, the same
-    coupling, inventory schedule, placement rows and penalty) on that demand.
+    coupling, inventory schedule, placement rows and penalty) on that demand, with the valid
+    inequalities ``held_if_used`` (a group carrying traffic holds a vPod) that the integer model
+    implies.
 
     A rolling plan's committed schedule is feasible for that model once each group's count is
     clipped to the model's upper bound (which costs no more, see ``n_vpods`` in the document), so
@@ -278,6 +280,7 @@ def relaxation_bound(
     opts = horizon_options(options)
     ctx = build_window(coeffs, opts, params, list(coeffs.epochs), planned, inventory, None, prepared)
     m = build_model(ctx)
+    add_held_if_used(m, ctx)
     pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
     res = solve_model(m, opts.start_budget("per-window"))
     if res.status != "optimal" or not math.isfinite(res.bound):

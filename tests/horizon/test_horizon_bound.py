@@ -28,6 +28,18 @@ def test_bound_is_the_coupled_relaxation_by_hand():
     assert roll.status == "feasible"
 
 
+def test_a_lightly_loaded_group_is_bounded_by_whole_vpods():
+    # 2 req/s on 10-req/s vPods (30 kJ per vPod-epoch, unserved demand 100 J/req = 30 kJ per req/s
+    # over an epoch): the plan holds one vPod per epoch, 2 x 30 kJ = 60 kJ. The plain relaxation
+    # would hold 0.2 vPods (12 kJ); with held_if_used (n >= r / d) serving r req/s costs
+    # 30 kJ x r / 2 held + 30 kJ x (2 - r) unserved, least at r = 2: the bound is the plan's 60 kJ.
+    coeffs = one_class([2.0, 2.0])
+    roll = plan_rolling(coeffs, OPTS, PARAMS, "oracle", window=1, bound=True)
+    assert roll.objective_value == pytest.approx(60e3, rel=1e-9)
+    assert roll.bound == pytest.approx(60e3, rel=1e-9)
+    assert roll.gap == pytest.approx(0.0, abs=1e-9)
+
+
 def test_without_bound_the_plan_is_the_same_and_unbounded():
     coeffs = one_class([25.0, 25.0, 5.0])
     a = plan_rolling(coeffs, OPTS, PARAMS, "oracle", window=1, bound=True)
