@@ -22,6 +22,7 @@ the ``uptime`` load average at its start and is an upper bound of the quiet-mach
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -190,7 +191,7 @@ def bench_out(repeat: int) -> dict[str, Any]:
     at = load()
 
     def run() -> int:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
             return main(["plan", "--out", str(Path(tmp) / "report"), "--quiet"])
 
     code, wall, cpu = timed(run, repeat)
