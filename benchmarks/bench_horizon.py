@@ -83,6 +83,8 @@ def bench_default(repeat: int) -> dict[str, Any]:
         "wall_s": wall,
         "cpu_s": cpu,
         "windows_solve_s": windows,
+        # time_limit: a window stopped at the wall-clock limit (load), the plan is then not today's
+        "status": sol.status,
         "objective": sol.objective_value,
         "bound": sol.bound,
         "gap": sol.gap,
@@ -179,6 +181,7 @@ def bench_day(repeat: int) -> dict[str, Any]:
         "wall_s": wall,
         "cpu_s": cpu,
         "windows_solve_s": sum(float(e.get("solve_seconds", 0.0)) for e in sol.epochs),
+        "status": sol.status,
         "objective": sol.objective_value,
         "bound": sol.bound,
         "rows_sha256": rows_digest(sol),
