@@ -379,6 +379,39 @@ def add_placement(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
         )
 
 
+def add_held_if_used(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: held_if_used
+
+    **Enforced Over**: USED (group g, member configuration k of g, epoch t with d_{b(k),t} > 0)
+
+    A group that carries any traffic holds at least one vPod:
+
+        n_{g,t} >= r_{k,t} / d_{b(k),t}
+
+    (the right side is at most 1 and positive only when k carries traffic). Implied by
+    ``vpod_capacity`` and the integrality of n, so the MILP never needs it; only the relaxation
+    bound (:func:`neuscale_opt.horizon.rolling.relaxation_bound`) adds it, where it closes the
+    fractional vPods of lightly loaded groups.
+    """
+    members = _members(ctx)
+    used = [
+        (g, k, t)
+        for g in m.GROUPS
+        for k, b, _p, _c in members[g]
+        for t in m.EPOCHS
+        if ctx.demand.get((b, t), 0.0) > 0
+    ]
+    m.USED = pyo.Set(initialize=used, dimen=3, ordered=True)
+    if len(m.USED) == 0:
+        return
+    bucket_of = dict(zip(ctx.configs["config_id"], ctx.configs["bucket"].astype(str), strict=True))
+
+    def rule(_m: pyo.ConcreteModel, g: str, k: str, t: int):
+        return _m.n_vpods[g, t] >= _m.rate[k, t] * (1.0 / ctx.demand[(bucket_of[k], t)])
+
+    m.held_if_used = pyo.Constraint(m.USED, rule=rule)
+
+
 def add_objective(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     """Expressions ``served_term``, ``held_term``, ``unserved_term``, ``reconfig_term`` and the
     objective ``total_objective`` (their sum, minimised), in objective units over the window:

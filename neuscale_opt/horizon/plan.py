@@ -20,7 +20,7 @@ from typing import Any
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.alloc.solution import Solution
 from neuscale_opt.coefficients import Coefficients
-from neuscale_opt.errors import InputError, TimeLimitError
+from neuscale_opt.errors import InputError
 from neuscale_opt.horizon.autoscaler import homogeneous_autoscaler, neuscale_autoscaler
 from neuscale_opt.horizon.params import HorizonParams
 from neuscale_opt.horizon.rolling import instance_inventory, plan_full, plan_rolling
@@ -74,55 +74,9 @@ def plan_horizon(
         if fc == "oracle" and h >= n_epochs:
             sol = plan_full(coeffs, opts, prm, inventory=inv, method=method, progress=progress)
         else:
-            sol = plan_rolling(coeffs, opts, prm, fc, h, inv, method=method, progress=progress)
-            sol = with_uncoupled_bound(sol, coeffs, opts, inv)
+            sol = plan_rolling(coeffs, opts, prm, fc, h, inv, method=method, progress=progress, bound=True)
         return sol
     if progress is not None:
         progress(n_epochs)
     return sol
 
-
-def with_uncoupled_bound(
-    sol: Solution, coeffs: Coefficients, opts: PlanOptions, inventory: dict[tuple[str, int], float]
-) -> Solution:
-    """A rolling plan with a proven lower bound: the independent epoch MILPs' bounds on the demand
-    the plan covered (its forecasts), summed over epochs, with every generation's largest inventory
-    over the horizon and unserved demand at the plan's penalty.
-
-    Any schedule covering that demand pays at least each epoch's uncoupled optimum (the coupling
-    rules, the creation delay and reconfiguration only add constraints and costs), so the sum bounds
-    the plan's objective from below; the gap is what coupling, the rolling window's myopia and
-    reconfiguration cost. The status stays ``feasible``: the plan is not proven optimal.
-    """
-    import math
-    from dataclasses import replace
-
-    import pandas as pd
-
-    from neuscale_opt.alloc.plan import solve_milp
-
-    rows = [
-        (int(e["epoch"]), str(b), float(v))
-        for e in sol.epochs
-        if isinstance(e, dict) and "forecast_rps" in e
-        for b, v in sorted(e["forecast_rps"].items())
-    ]
-    if not rows or not math.isfinite(sol.objective_value):
-        return sol
-    planned = pd.DataFrame(rows, columns=["epoch", "bucket", "rate_rps"])
-    chips = coeffs.chips.copy()
-    peak = {}
-    for (c, _t), h in inventory.items():
-        peak[c] = max(peak.get(c, 0.0), float(h))
-    chips["healthy_chips"] = [peak.get(c, h) for c, h in zip(chips["chip"], chips["healthy_chips"], strict=True)]
-    relaxed = replace(coeffs, demand=planned, chips=chips)
-    try:
-        ref = solve_milp(relaxed, replace(opts, allow_unserved=True, unserved_penalty=sol.penalty_per_req or None))
-    except TimeLimitError:  # a spent --time-limit-scope total budget: the plan stands, without a bound
-        return sol
-    if not math.isfinite(ref.bound):
-        return sol
-    bound = float(ref.bound)
-    gap = max(0.0, sol.objective_value - bound) / max(abs(sol.objective_value), 1e-9)
-    meta = {**sol.meta, "bound": "sum of the independent epoch MILPs' bounds on the planned demand"}
-    return replace(sol, bound=bound, gap=gap, meta=meta)

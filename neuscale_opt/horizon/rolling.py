@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import TimeLimitError
 from neuscale_opt.horizon.context import State, WindowContext, build_window, horizon_options
 from neuscale_opt.horizon.evaluate import evaluate_schedule
-from neuscale_opt.horizon.model import build_model
+from neuscale_opt.horizon.model import add_held_if_used, build_model
 from neuscale_opt.horizon.params import HorizonParams, inventory_schedule
 from neuscale_opt.horizon.placement import epoch_placement_rows, window_placements
 from neuscale_opt.traces.forecast import forecast
@@ -200,9 +200,11 @@ def plan_rolling(
     inventory: dict[tuple[str, int], float] | None = None,
     method: str = "milp",
     progress: Callable[[int], Any] | None = None,
+    bound: bool = False,
 ) -> Solution:
     """Rolling plan: for t = 0 .. E-1 solve epochs t .. t+H-1 on the forecast made before t, with
-    the counts and loads committed before t as the initial state; commit epoch t."""
+    the counts and loads committed before t as the initial state; commit epoch t. With ``bound``
+    the plan carries the proven lower bound of :func:`relaxation_bound` (and its gap)."""
     opts = horizon_options(options)
     fc_method = forecast_method or params.forecast
     epochs = coeffs.epochs
@@ -228,7 +230,62 @@ def plan_rolling(
             progress(1)
     meta = {"window": h, "forecast": fc_method, "solves": len(epochs)}
     configs = ctx.configs if ctx is not None else prep.configs
-    return assemble(method, coeffs, opts, params, configs, commits, inv, meta, verdict_options=options)
+    sol = assemble(
+        method,
+        coeffs,
+        opts,
+        params,
+        configs,
+        commits,
+        inv,
+        meta,
+        penalty_per_req=prep.penalty_per_req,
+        verdict_options=options,
+    )
+    if not bound or not commits or not math.isfinite(sol.objective_value):
+        return sol
+    planned = {(b, c.epoch): v for c in commits for b, v in c.planned.items()}
+    lb = relaxation_bound(coeffs, options, params, planned, inv, prep)
+    if lb is None:
+        return sol
+    gap = max(0.0, sol.objective_value - lb) / max(abs(sol.objective_value), 1e-9)
+    return replace(sol, bound=lb, gap=gap, meta={**sol.meta, "bound": RELAXATION_BOUND})
+
+
+#: What the ``bound`` of a rolling plan is (``Solution.meta["bound"]``, ``formulations/horizon.md``).
+RELAXATION_BOUND = "LP relaxation of the full-horizon model on the planned demand (with held_if_used)"
+
+
+def relaxation_bound(
+    coeffs: Coefficients,
+    options: PlanOptions,
+    params: HorizonParams,
+    planned: dict[tuple[str, int], float],
+    inventory: dict[tuple[str, int], float],
+    prepared: Any = None,
+) -> float | None:
+    """A proven lower bound on the objective of every schedule that covers ``planned`` (the demand a
+    rolling plan planned for, epoch by epoch) under the coupling rules: the optimum of the LP
+    relaxation of the full-horizon model (every epoch, warm start at the first, the same
+    coupling, inventory schedule, placement rows and penalty) on that demand, with the valid
+    inequalities ``held_if_used`` (a group carrying traffic holds a vPod) that the integer model
+    implies.
+
+    A rolling plan's committed schedule is feasible for that model once each group's count is
+    clipped to the model's upper bound (which costs no more, see ``n_vpods`` in the document), so
+    the relaxation's optimum bounds its objective from below. One LP, no integer search. None when
+    the LP does not solve to optimality (a spent time budget)."""
+    import pyomo.environ as pyo
+
+    opts = horizon_options(options)
+    ctx = build_window(coeffs, opts, params, list(coeffs.epochs), planned, inventory, None, prepared)
+    m = build_model(ctx)
+    add_held_if_used(m, ctx)
+    pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
+    res = solve_model(m, opts.start_budget("per-window"))
+    if res.status != "optimal" or not math.isfinite(res.bound):
+        return None
+    return float(res.bound)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ for name, kind in re.findall(r"^#### `(\w+)` \((\w+)\)", DOC, flags=re.M):
     DOC_IDS.setdefault(kind, set()).add(name)
 #: Components built only when something is placed.
 PLACEMENT_ONLY = {"set": {"PLACED_SHAPES"}, "expression": {"placed_vpods"}, "block": {"placement"}}
+#: Components built only by the relaxation bound of a rolling plan (``rolling.relaxation_bound``).
+BOUND_ONLY = {"set": {"USED"}, "constraint": {"held_if_used"}}
 PLACEMENT_DOC = (ROOT / "formulations" / "placement.md").read_text()
 _SECTION4 = PLACEMENT_DOC.split("## 4.", 1)[1].split("\n## ", 1)[0]
 PLACEMENT_IDS = set(re.findall(r"^\| `(\w+)` \|", _SECTION4, flags=re.M))
@@ -71,7 +73,7 @@ def _placed_model(placement: str):
 def test_document_and_model_name_the_same_components():
     ids = component_ids(_full_model())
     for kind in KINDS:
-        assert ids[kind] == DOC_IDS.get(kind, set()) - PLACEMENT_ONLY.get(kind, set()), kind
+        assert ids[kind] == DOC_IDS.get(kind, set()) - PLACEMENT_ONLY.get(kind, set()) - BOUND_ONLY.get(kind, set()), kind
 
 
 @pytest.mark.parametrize("placement", ["pattern", "exact"])
@@ -79,7 +81,7 @@ def test_document_and_placed_model_name_the_same_components(placement):
     ids = component_ids(_placed_model(placement))
     built = component_ids(_full_model())
     for kind in KINDS:
-        assert ids[kind] | built[kind] == DOC_IDS.get(kind, set()), kind
+        assert ids[kind] | built[kind] == DOC_IDS.get(kind, set()) - BOUND_ONLY.get(kind, set()), kind
         assert PLACEMENT_ONLY.get(kind, set()) <= ids[kind]
 
 
@@ -117,7 +119,7 @@ def test_placement_none_builds_no_placement_component():
 def test_every_builder_creates_its_component():
     names = {b.__name__.removeprefix("add_") for b in CONSTRAINT_BUILDERS}
     # placement is a block (of per-epoch sub-blocks), the other families are constraints
-    assert names == DOC_IDS["constraint"] | DOC_IDS["block"]
+    assert names == (DOC_IDS["constraint"] - BOUND_ONLY["constraint"]) | DOC_IDS["block"]
     for b in CONSTRAINT_BUILDERS:
         assert b.__doc__.lstrip().startswith("**Constraint Name**: " + b.__name__.removeprefix("add_"))
         assert f"`{b.__name__}`" in DOC
@@ -131,3 +133,18 @@ def test_without_coupling_only_the_epoch_families_remain():
     ctx = build_window(coeffs, OPTS, HorizonParams(coupling=False), [0, 1], actual_demand(coeffs), {})
     ids = component_ids(build_model(ctx))
     assert ids["constraint"] == {"demand_coverage", "vpod_capacity"}
+
+
+def test_the_relaxation_bound_adds_only_its_documented_components():
+    from neuscale_opt.horizon.model import add_held_if_used
+
+    m = _full_model()
+    before = component_ids(m)
+    assert add_held_if_used.__doc__.lstrip().startswith("**Constraint Name**: held_if_used")
+    assert "`add_held_if_used`" in DOC
+    ctx_coeffs = one_class([20.0, 20.0, 20.0], inventory={"x": 5, "y": 10}, second=True)
+    ctx = build_window(ctx_coeffs, OPTS, HorizonParams(), [1, 2], actual_demand(ctx_coeffs), {})
+    add_held_if_used(m, ctx)
+    after = component_ids(m)
+    for kind in KINDS:
+        assert after[kind] - before[kind] == BOUND_ONLY.get(kind, set()), kind

@@ -1,0 +1,224 @@
+"""Horizon planning benchmarks: the rolling plan, its proven bound, a 288-epoch day, ``plan --out``.
+
+Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d] [--json PATH]``
+
+(a) The default instance's 12-epoch plan, exactly what ``neuscale-opt plan`` runs on it (pooled,
+    pattern placement, rolling 6-epoch windows on last-peak forecasts, with its bound): wall and
+    CPU seconds, split into the windows' solves and the bound. Target: < 10 s.
+(b) A 288-epoch day (the ServeGen daily shape of ``instances/data/servegen_bailian_rate_10min.csv``,
+    first 24 h, each 600-s window two 300-s epochs, on two Llama-3-8B classes and a small
+    v6e/v5e fleet) with rolling 6-epoch windows. Target: <= 20 s. The plan's rows are hashed so
+    that a change of the model layer can be checked against the plan of the code it replaces.
+(c) The rolling plan's proven bound: the LP relaxation of the full-horizon model on the planned
+    demand (what the plan reports) against the sum of the independent epoch MILPs' bounds (what it
+    reported before), in one run: seconds and values.
+(d) ``neuscale-opt plan --out DIR`` on the default instance (plan, baselines including the oracle,
+    evaluation, report). Target: <= 12 s.
+
+Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
+the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from neuscale_opt.alloc.options import PlanOptions  # noqa: E402
+from neuscale_opt.horizon.params import HorizonParams  # noqa: E402
+from neuscale_opt.horizon.plan import plan_horizon  # noqa: E402
+from neuscale_opt.horizon.rolling import instance_inventory, relaxation_bound  # noqa: E402
+from neuscale_opt.planning import load_plan_input  # noqa: E402
+
+
+def load() -> str:
+    return "load %.2f %.2f %.2f" % os.getloadavg()
+
+
+def timed(fn, repeat: int) -> tuple[Any, float, float]:
+    """Result of the last run, median wall seconds, median CPU seconds."""
+    walls, cpus, out = [], [], None
+    for _ in range(repeat):
+        w, c = time.perf_counter(), time.process_time()
+        out = fn()
+        walls.append(time.perf_counter() - w)
+        cpus.append(time.process_time() - c)
+    return out, statistics.median(walls), statistics.median(cpus)
+
+
+def rows_digest(sol) -> str:
+    """SHA-256 of the plan's allocation rows (epoch, group, configuration, vPods, rate to 1e-9)."""
+    rows = sol.allocations.sort_values(["epoch", "vpod_group", "config_id"], kind="mergesort")
+    text = "\n".join(
+        f"{int(r.epoch)},{r.vpod_group},{r.config_id},{int(r.n_vpods)},{r.rate_rps:.9f}" for r in rows.itertuples()
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+#: The default plan of case (a), reused by case (c) when both run.
+_DEFAULT_PLAN: list[Any] = []
+
+
+def bench_default(repeat: int) -> dict[str, Any]:
+    coeffs, inst = load_plan_input(None)
+    at = load()
+    sol, wall, cpu = timed(lambda: plan_horizon(inst, "milp", coeffs=coeffs), repeat)
+    _DEFAULT_PLAN[:] = [sol]
+    windows = sum(float(e.get("solve_seconds", 0.0)) for e in sol.epochs)
+    out = {
+        "case": "(a) default 12-epoch plan",
+        "load": at,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "windows_solve_s": windows,
+        # time_limit: a window stopped at the wall-clock limit (load), the plan is then not today's
+        "status": sol.status,
+        "objective": sol.objective_value,
+        "bound": sol.bound,
+        "gap": sol.gap,
+        "max_window_gap": max(float(e.get("window_gap", 0.0)) for e in sol.epochs),
+        "rows_sha256": rows_digest(sol),
+    }
+    return out
+
+
+def bench_bound(repeat: int) -> dict[str, Any]:
+    """The relaxation bound against the independent epoch MILPs' bounds on the same planned demand."""
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from neuscale_opt.alloc.plan import solve_milp
+
+    coeffs, inst = load_plan_input(None)
+    opts = PlanOptions.from_instance(inst)
+    params = HorizonParams.from_instance(inst)
+    inv = instance_inventory(coeffs, getattr(inst, "inventory_events", ()))
+    sol = _DEFAULT_PLAN[0] if _DEFAULT_PLAN else plan_horizon(inst, "milp", coeffs=coeffs)
+    planned = {(b, int(e["epoch"])): float(v) for e in sol.epochs for b, v in e["forecast_rps"].items()}
+    at = load()
+    lp, lp_wall, lp_cpu = timed(lambda: relaxation_bound(coeffs, opts, params, planned, inv), repeat)
+
+    def epoch_milps() -> float:
+        demand = pd.DataFrame([(t, b, v) for (b, t), v in sorted(planned.items())], columns=["epoch", "bucket", "rate_rps"])
+        chips = coeffs.chips.copy()
+        peak: dict[str, float] = {}
+        for (c, _t), h in inv.items():
+            peak[c] = max(peak.get(c, 0.0), float(h))
+        chips["healthy_chips"] = [peak.get(c, h) for c, h in zip(chips["chip"], chips["healthy_chips"], strict=True)]
+        relaxed = replace(coeffs, demand=demand, chips=chips)
+        ref = solve_milp(relaxed, replace(opts, allow_unserved=True, unserved_penalty=sol.penalty_per_req))
+        return float(ref.bound)
+
+    old, old_wall, old_cpu = timed(epoch_milps, repeat)
+    return {
+        "case": "(c) bound of the default rolling plan",
+        "load": at,
+        "plan_objective": sol.objective_value,
+        "lp_bound": lp,
+        "lp_wall_s": lp_wall,
+        "lp_cpu_s": lp_cpu,
+        "epoch_milps_bound": old,
+        "epoch_milps_wall_s": old_wall,
+        "epoch_milps_cpu_s": old_cpu,
+        "cpu_ratio": old_cpu / lp_cpu,
+    }
+
+
+def day_instance():
+    """288 five-minute epochs on the ServeGen daily shape (first 24 h), two Llama-3-8B classes."""
+    from neuscale_opt.instance import parse_instance
+    from neuscale_opt.traces.loaders import load_rate_series
+
+    series = load_rate_series(ROOT / "instances" / "data" / "servegen_bailian_rate_10min.csv", series="m-large")
+    day = series["rate_rps"].to_numpy()[:144]
+    shape = [float(v) / float(day.mean()) for v in day for _ in range(2)]  # 600-s windows -> 300-s epochs
+    base = {"a": 6.0, "b": 1.5}
+    demand = [
+        {"epoch": e, "bucket": b, "rate_rps": round(r * s, 6)} for e, s in enumerate(shape) for b, r in sorted(base.items())
+    ]
+    return parse_instance(
+        {
+            "name": "servegen-day",
+            "model": {"name": "Llama-3-8B"},
+            "fleet": [{"chip": "tpu-v6e", "chips": 64}, {"chip": "tpu-v5e", "chips": 64}],
+            "workload": {
+                "classes": [
+                    {"name": "a", "input_tokens": 512, "output_tokens": 128},
+                    {"name": "b", "input_tokens": 2048, "output_tokens": 256},
+                ],
+                "demand": demand,
+            },
+            "epochs": {"length_s": 300.0, "horizon": len(shape)},
+            "search": {"max_chips_per_vpod": 8},
+            "horizon": {"window": 6, "forecast": "last-peak"},
+        }
+    )
+
+
+def bench_day(repeat: int) -> dict[str, Any]:
+    from neuscale_opt.candidates import build_coefficients
+
+    inst = day_instance()
+    coeffs = build_coefficients(inst)
+    at = load()
+    sol, wall, cpu = timed(lambda: plan_horizon(inst, "milp", coeffs=coeffs), repeat)
+    return {
+        "case": "(b) 288-epoch day, rolling 6-epoch windows",
+        "load": at,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "windows_solve_s": sum(float(e.get("solve_seconds", 0.0)) for e in sol.epochs),
+        "status": sol.status,
+        "objective": sol.objective_value,
+        "bound": sol.bound,
+        "rows_sha256": rows_digest(sol),
+    }
+
+
+def bench_out(repeat: int) -> dict[str, Any]:
+    from neuscale_opt.cli import main
+
+    at = load()
+
+    def run() -> int:
+        with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+            return main(["plan", "--out", str(Path(tmp) / "report"), "--quiet"])
+
+    code, wall, cpu = timed(run, repeat)
+    return {"case": "(d) plan --out on the default instance", "load": at, "exit": code, "wall_s": wall, "cpu_s": cpu}
+
+
+CASES = {"a": bench_default, "b": bench_day, "c": bench_bound, "d": bench_out}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", default="a,b,c,d", help="comma-separated cases among a, b, c, d")
+    ap.add_argument("--json", default=None, help="write the results as JSON to this path")
+    args = ap.parse_args()
+    results = []
+    for key in args.only.split(","):
+        res = CASES[key.strip()](args.repeat)
+        results.append(res)
+        print(json.dumps(res, indent=1), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
