@@ -30,6 +30,18 @@ def tail_classes(ctx: EpochContext) -> dict[str, float]:
     return {b: r for b, r in sorted(ctx.bucket_rate.items()) if r < lim}
 
 
+def nearest_first(
+    tokens: dict[str, float], b: str, served: set[str], spare: float, group: str
+) -> tuple[float, float, str]:
+    """Sort key of a candidate serving group for tail class ``b`` (the rule of
+    ``formulations/allocation.md``, "Tail classes"): least distance in prompt length
+    ``|ln(in_b / in_c)|`` over the classes ``c`` the group serves, then most spare capacity, then
+    name. The one ordering used by the epoch planners (:func:`route_tail`) and the auto-scalers
+    (``neuscale_opt.horizon.autoscaler``)."""
+    dist = min((abs(math.log(tokens[b] / tokens[c])) for c in served), default=math.inf)
+    return (dist, -spare, group)
+
+
 def route_tail(ctx: EpochContext, ep: EpochPlan, tail: dict[str, float]) -> tuple[EpochPlan, set[str]]:
     """Put each tail class on held groups' spare capacity, nearest first: groups whose vPod type has
     a usable configuration for the class (``ctx.configs``), ordered by the distance in prompt length
@@ -61,8 +73,7 @@ def route_tail(ctx: EpochContext, ep: EpochPlan, tail: dict[str, float]) -> tupl
                     spare = ep.n[g] - load.get(g, 0.0)
                     if spare <= EPS:
                         continue
-                    dist = min(abs(math.log(tokens[b] / tokens[c])) for c in served[g])
-                    options.append((dist, -spare, g, str(r.config_id), float(r.cap_rps)))
+                    options.append((*nearest_first(tokens, b, served[g], spare, g), str(r.config_id), float(r.cap_rps)))
             need = rate
             for _d, _s, g, k, cap in sorted(options):
                 spare = ep.n[g] - load.get(g, 0.0)
