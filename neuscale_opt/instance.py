@@ -181,7 +181,7 @@ class Workload(_Frozen):
 
     ``provision_for``: ``peak`` (each class's peak over ``subwindow_s`` windows), ``mean`` (the
     epoch's mean), or ``burst`` (each class's share of the pooled peak over a window chosen from the
-    trace's burstiness, ``formulations/forecast.md`` D6).
+    trace's burstiness, ``formulations/forecast.md`` D7-D10).
     ``rate_scale`` multiplies every planned rate (a what-if for traffic growth: the trace's token mix
     and its shape over time are kept, its level is scaled)."""
 

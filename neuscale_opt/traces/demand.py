@@ -30,7 +30,7 @@ Sizing window chosen from the trace's burstiness (``provision_for = "burst"``)
 -----------------------------------------------------------------------------
 :func:`sizing_window` picks the window ``w*`` over which capacity is sized, from the pooled arrival
 counts (all classes together: the demand a pooled group sees), and :func:`burst_demand` sizes each
-class for its share of the pooled peak over ``w*`` (D6 of ``formulations/forecast.md``):
+class for its share of the pooled peak over ``w*`` (D7-D10 of ``formulations/forecast.md``):
 
 * candidates ``w`` are the multiples of the base sub-window ``w0`` that divide the epoch ``T``
   (``w0, 2 w0, ..., T``);
@@ -309,7 +309,7 @@ def burst_demand(
 ) -> pd.DataFrame:
     """:func:`epoch_demand` at the sizing window ``w*`` of :func:`sizing_window`, with a column
     ``burst_rps``: each class's share of its epoch's requests times the pooled peak over ``w*``,
-    ``burst_rps[e, b] = count[e, b] / count[e] x max_j N_pooled[e, j] / w*`` (D6; the epoch mean
+    ``burst_rps[e, b] = count[e, b] / count[e] x max_j N_pooled[e, j] / w*`` (D10; the epoch mean
     when ``w* = T``; a class's mean when the epoch is empty). ``attrs["sizing_window"]`` holds the
     window and its reason."""
     w, reason = sizing_window(trace, epoch_s, base_s, headroom, horizon_s)

@@ -1,4 +1,4 @@
-"""The sizing window chosen from the trace's burstiness (``traces.demand.sizing_window``, D6 of
+"""The sizing window chosen from the trace's burstiness (``traces.demand.sizing_window``, D7-D10 of
 ``formulations/forecast.md``), on synthetic arrivals whose answer is known by construction."""
 
 from __future__ import annotations
