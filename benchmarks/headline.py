@@ -26,7 +26,8 @@ It also checks that no baseline plan beats the MILP's on the MILP's own objectiv
 resp. money) at an equal or higher replayed SLO attainment. Results go to
 ``benchmarks/headline_results.md`` (and the rows to ``headline_results.json``).
 
-Run: ``.venv/bin/python benchmarks/headline.py [--quick] [--only LABEL,...] [--epochs N] [--out PATH]``
+Run: ``.venv/bin/python benchmarks/headline.py [--quick] [--only LABEL,...] [--epochs N]
+[--provision-for burst] [--out PATH]``
 (one command; about 15-25 min on two shared cores). ``--quick``: 2 epochs of azure-conv x1.
 """
 
@@ -95,7 +96,7 @@ class Run:
         return float(self.replay["slo_attainment"])
 
 
-def cases(deepseek: bool, epochs: int | None) -> list[Case]:
+def cases(deepseek: bool, epochs: int | None, provision_for: str | None = None) -> list[Case]:
     out = [
         Case("azure-conv x1", load_instance(ROOT / "instances" / "azure-conv.toml")),
         Case("azure-conv x10 (default)", load_instance(ROOT / "instances" / "default.toml")),
@@ -106,6 +107,14 @@ def cases(deepseek: bool, epochs: int | None) -> list[Case]:
         ds = base.model_copy(update={"name": "deepseek-conv", "model": ModelChoice(name="DeepSeek-V3-671B")})
         ds._path = base.path
         out.append(Case("DeepSeek-V3 azure-conv x10", ds))
+    if provision_for is not None:
+        sized = []
+        for c in out:
+            w = c.instance.workload.model_copy(update={"provision_for": provision_for})
+            inst = c.instance.model_copy(update={"workload": w})
+            inst._path = c.instance.path
+            sized.append(Case(c.label, inst))
+        out = sized
     if epochs is not None:
         trimmed = []
         for c in out:
@@ -179,6 +188,7 @@ METRIC_NAME = {
     "gp_usd": "goodput tokens/$",
 }
 SLO_SLACK = 0.005
+PROVISION: str | None = None  # --provision-for, named in the results' header
 
 
 def _ratio(a: float, b: float) -> float:
@@ -295,15 +305,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-deepseek", action="store_true", help="leave DeepSeek-V3 out")
     ap.add_argument("--only", default=None, help="comma-separated scenario labels to run (default: all)")
     ap.add_argument("--epochs", type=int, default=None, help="plan only the first N epochs")
+    ap.add_argument(
+        "--provision-for",
+        choices=("peak", "mean", "burst"),
+        default=None,
+        help="override workload.provision_for in every scenario (e.g. burst: the sizing window of the trace)",
+    )
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "headline_results.md"))
     args = ap.parse_args(argv)
+    global PROVISION
+    PROVISION = args.provision_for
     if args.quick:
         args.epochs = args.epochs or 2
         args.only = args.only or "azure-conv x1"
     only = {s.strip() for s in args.only.split(",")} if args.only else None
     start = time.perf_counter()
     runs: list[Run] = []
-    for case in cases(not args.no_deepseek, args.epochs):
+    for case in cases(not args.no_deepseek, args.epochs, args.provision_for):
         if only is not None and case.label not in only:
             continue
         t0 = time.perf_counter()
@@ -325,7 +343,9 @@ def write(runs: list[Run], out: str, total: float) -> str:
         "against the trace (`neuscale_opt.replay`, 30-s vPod creation delay, warm start); goodput = output "
         "tokens of requests that met their SLO; energy at the facility (PUE 1.1), *plain* = held vPods, "
         "*operator* = plus the static power of idle fleet chips; money = chip-hours held x on-demand price. "
-        f"Total run time {total:.0f} s.\n"
+        f"Total run time {total:.0f} s."
+        + (f' Every scenario with `workload.provision_for = "{PROVISION}"`.' if PROVISION else "")
+        + "\n"
     )
     Path(out).write_text(header + body, encoding="utf-8")
     Path(out).with_suffix(".json").write_text(
