@@ -70,3 +70,33 @@ def test_homogeneous_autoscaler_follows_the_rule():
     each = homogeneous_each(_coeffs(8.0), OPTS, HorizonParams())
     rows = _rows(each["g"])
     assert rows[(0, "tiny")][1] == rows[(0, "big")][1]
+
+
+def test_rolling_hook_routes_a_committed_epoch():
+    """The hook the rolling planner calls around each window (``alloc.tail.split_tail`` before the
+    solve, ``route_tail_commit`` on the committed epoch), on a hand-made commit."""
+    import pandas as pd
+
+    from neuscale_opt.alloc.tail import route_tail_commit, split_tail
+
+    dem = {("big", 0): 8.0, ("tiny", 0): 0.1, ("big", 1): 8.0, ("tiny", 1): 0.3}
+    model_dem, tail = split_tail(dem, [0, 1], 0.2)
+    assert model_dem == {("big", 0): 8.0, ("tiny", 0): 0.0, ("big", 1): 8.0, ("tiny", 1): 0.3}
+    assert tail == {0: {"tiny": 0.1}}
+    assert split_tail(dem, [0, 1], 0.0) == (dem, {})
+    configs = pd.DataFrame(
+        {
+            "config_id": ["v|big", "v|tiny", "w|tiny"],
+            "bucket": ["big", "tiny", "tiny"],
+            "vpod_type": ["v", "v", "w"],
+            "group": ["v|big", "v|tiny", "w|tiny"],
+            "cap_rps": [10.0, 2.0, 0.2],
+        }
+    )
+    tokens = {"big": 500.0, "tiny": 600.0}
+    # big loads its one vPod to 0.8: 0.2 vPods x 2 req/s = 0.4 req/s of room for tiny on v
+    x, routes, left = route_tail_commit({"v|big": 1}, {"v|big": 8.0}, {"tiny": 0.1}, configs, tokens)
+    assert x == {"v|big": 8.0, "v|tiny": pytest.approx(0.1)} and routes == {"v|tiny": "v|big"} and not left
+    # at 9.9 req/s the room is 0.01 x 2 = 0.02 req/s < 0.1: no route, tiny is left to plan again
+    x, routes, left = route_tail_commit({"v|big": 1}, {"v|big": 9.9}, {"tiny": 0.1}, configs, tokens)
+    assert x == {"v|big": 9.9} and routes == {} and left == {"tiny"}
