@@ -138,9 +138,11 @@ def run_case(case: Case) -> list[Run]:
         t0 = time.perf_counter()
         sol = plan_fn()
         t1 = time.perf_counter()
-        if not sol.has_plan:
+        if sol.allocations.empty:
             print(f"  {method} ({objective}): no plan ({sol.status})", flush=True)
             return
+        # a plan the evaluator finds infeasible because it leaves demand unserved (the fleet, or one
+        # generation of it, is too small) is still replayed: its goodput counts what it serves
         res = replay(sol.to_dict(timing=False), inst, trace, coeffs=coeffs)
         t2 = time.perf_counter()
         runs.append(
@@ -311,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="override workload.provision_for in every scenario (e.g. burst: the sizing window of the trace)",
     )
+    ap.add_argument("--keep", default=None, help="a results .json whose scenarios not run now are kept")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "headline_results.md"))
     args = ap.parse_args(argv)
     global PROVISION
@@ -321,12 +324,17 @@ def main(argv: list[str] | None = None) -> int:
     only = {s.strip() for s in args.only.split(",")} if args.only else None
     start = time.perf_counter()
     runs: list[Run] = []
+    labels = [c.label for c in cases(not args.no_deepseek, None)]
+    if args.keep:  # rows of scenarios run before (same JSON layout), kept unless run again
+        kept = [Run(**r) for r in json.loads(Path(args.keep).read_text(encoding="utf-8"))]
+        runs = [r for r in kept if only is None or r.case not in only]
     for case in cases(not args.no_deepseek, args.epochs, args.provision_for):
         if only is not None and case.label not in only:
             continue
         t0 = time.perf_counter()
         print(case.label, flush=True)
         runs.extend(run_case(case))
+        runs.sort(key=lambda r: labels.index(r.case) if r.case in labels else len(labels))
         print(f"{case.label}: {time.perf_counter() - t0:.1f} s", flush=True)
         write(runs, args.out, time.perf_counter() - start)
     body = write(runs, args.out, time.perf_counter() - start)
