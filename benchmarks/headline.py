@@ -125,7 +125,7 @@ def cases(deepseek: bool, epochs: int | None, provision_for: str | None = None) 
     return out
 
 
-def run_case(case: Case) -> list[Run]:
+def run_case(case: Case, methods: list[str] | None = None) -> list[Run]:
     inst = case.instance
     coeffs = build_coefficients(inst)
     trace = instance_trace(inst)
@@ -135,6 +135,8 @@ def run_case(case: Case) -> list[Run]:
     runs: list[Run] = []
 
     def record(method: str, objective: str, plan_fn) -> None:
+        if methods is not None and not any(method.startswith(m) for m in methods):
+            return
         t0 = time.perf_counter()
         sol = plan_fn()
         t1 = time.perf_counter()
@@ -301,6 +303,13 @@ def table(runs: list[Run]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def order(r: Run, labels: list[str]) -> tuple:
+    """Rows by scenario, objective, then milp, oracle, NeuScale, homogeneous (by chip)."""
+    rank = next((i for i, m in enumerate(("milp", "oracle", "neuscale", "homogeneous")) if r.method.startswith(m)), 9)
+    case = labels.index(r.case) if r.case in labels else len(labels)
+    return (case, OBJECTIVES.index(r.objective), rank, r.method)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 epochs of azure-conv x1 (a smoke run)")
@@ -313,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="override workload.provision_for in every scenario (e.g. burst: the sizing window of the trace)",
     )
+    ap.add_argument("--methods", default=None, help="comma-separated method prefixes to run (default: all)")
     ap.add_argument("--keep", default=None, help="a results .json whose scenarios not run now are kept")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "headline_results.md"))
     args = ap.parse_args(argv)
@@ -322,19 +332,22 @@ def main(argv: list[str] | None = None) -> int:
         args.epochs = args.epochs or 2
         args.only = args.only or "azure-conv x1"
     only = {s.strip() for s in args.only.split(",")} if args.only else None
+    methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
     start = time.perf_counter()
     runs: list[Run] = []
     labels = [c.label for c in cases(not args.no_deepseek, None)]
     if args.keep:  # rows of scenarios run before (same JSON layout), kept unless run again
         kept = [Run(**r) for r in json.loads(Path(args.keep).read_text(encoding="utf-8"))]
-        runs = [r for r in kept if only is None or r.case not in only]
+        runs = kept
     for case in cases(not args.no_deepseek, args.epochs, args.provision_for):
         if only is not None and case.label not in only:
             continue
         t0 = time.perf_counter()
         print(case.label, flush=True)
-        runs.extend(run_case(case))
-        runs.sort(key=lambda r: labels.index(r.case) if r.case in labels else len(labels))
+        new = run_case(case, methods)
+        redo = {(r.case, r.method, r.objective) for r in new}
+        runs = [r for r in runs if (r.case, r.method, r.objective) not in redo] + new
+        runs.sort(key=lambda r: order(r, labels))
         print(f"{case.label}: {time.perf_counter() - t0:.1f} s", flush=True)
         write(runs, args.out, time.perf_counter() - start)
     body = write(runs, args.out, time.perf_counter() - start)
