@@ -566,7 +566,7 @@ def cut_to_horizon(trace: pd.DataFrame, inst: Instance) -> pd.DataFrame:
 
 def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
     from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_table
-    from neuscale_opt.traces.demand import epoch_demand
+    from neuscale_opt.traces.demand import burst_demand, epoch_demand
 
     w = inst.workload
     spec = w.buckets or DEFAULT_BUCKETS
@@ -582,8 +582,18 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
     for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s"):
         buckets[c] = np.nan
     horizon_s = inst.epochs.horizon * inst.epochs.length_s if inst.epochs.horizon else None
-    dem = epoch_demand(trace, spec, epoch_s=inst.epochs.length_s, subwindow_s=w.subwindow_s, horizon_s=horizon_s)
-    col = "peak_rps" if w.provision_for == "peak" else "mean_rps"
+    if w.provision_for == "burst":
+        dem = burst_demand(
+            trace,
+            spec,
+            epoch_s=inst.epochs.length_s,
+            base_s=w.subwindow_s,
+            headroom=w.burst_headroom,
+            horizon_s=horizon_s,
+        )
+    else:
+        dem = epoch_demand(trace, spec, epoch_s=inst.epochs.length_s, subwindow_s=w.subwindow_s, horizon_s=horizon_s)
+    col = {"peak": "peak_rps", "mean": "mean_rps", "burst": "burst_rps"}[w.provision_for]
     # phi_b = mean arrival rate / provisioned rate over the horizon: the share of a provisioned
     # request that arrives on average (the energy accounting's expected traffic, E7)
     sums = dem.groupby(dem["bucket"].astype(str))[["mean_rps", col]].sum()
@@ -595,6 +605,8 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
     demand["epoch"] = demand["epoch"].astype(np.int64)
     demand = demand.reset_index(drop=True)
     demand.attrs = {"rows_beyond_horizon": int(trace.attrs.get("rows_beyond_horizon", 0))}
+    if "sizing_window" in dem.attrs:
+        demand.attrs["sizing_window"] = dem.attrs["sizing_window"]
     return buckets, demand
 
 
@@ -717,8 +729,16 @@ def candidates(inst: Instance) -> CandidateSet:
     if not feas.empty:
         df.loc[feas.index, "pareto_energy"] = pareto_mask(feas, "energy_j_per_req")
         df.loc[feas.index, "pareto_cost"] = pareto_mask(feas, "cost_usd_per_req")
-    notes = context_notes(model, buckets) + horizon_notes(inst, demand)
+    notes = context_notes(model, buckets) + horizon_notes(inst, demand) + sizing_notes(demand)
     return CandidateSet(df, buckets, demand, slo_note, model, notes)
+
+
+def sizing_notes(demand: pd.DataFrame) -> tuple[str, ...]:
+    """The sizing window and its reason, when the workload provisions for ``burst``."""
+    sw = demand.attrs.get("sizing_window")
+    if not sw:
+        return ()
+    return (f"capacity sized over {sw['window_s']:g}-s windows of the pooled arrivals: {sw['why']}",)
 
 
 def horizon_notes(inst: Instance, demand: pd.DataFrame) -> tuple[str, ...]:
@@ -788,6 +808,7 @@ def build_coefficients(inst: Instance, cset: CandidateSet | None = None) -> Coef
             "model": cset.model.name,
             "slo": cset.slo_note,
             "energy_profile": inst.energy.profile,
+            **({"sizing_window": cset.demand.attrs["sizing_window"]} if "sizing_window" in cset.demand.attrs else {}),
         },
         pods=pods_frame(inst),
     )

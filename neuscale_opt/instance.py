@@ -179,6 +179,9 @@ class DemandRow(_Frozen):
 class Workload(_Frozen):
     """Where demand comes from: a trace (bucketed by ``buckets``) or explicit classes and demand.
 
+    ``provision_for``: ``peak`` (each class's peak over ``subwindow_s`` windows), ``mean`` (the
+    epoch's mean), or ``burst`` (each class's share of the pooled peak over a window chosen from the
+    trace's burstiness, ``formulations/forecast.md`` D7-D10).
     ``rate_scale`` multiplies every planned rate (a what-if for traffic growth: the trace's token mix
     and its shape over time are kept, its level is scaled)."""
 
@@ -186,8 +189,11 @@ class Workload(_Frozen):
     buckets: BucketSpec | None = None
     classes: tuple[RequestClass, ...] = ()
     demand: tuple[DemandRow, ...] = ()
-    provision_for: Literal["peak", "mean"] = "peak"
+    provision_for: Literal["peak", "mean", "burst"] = "peak"
     subwindow_s: float = Field(default=10.0, gt=0)
+    #: ``provision_for = "burst"``: the relative rate movement inside the sizing window the capacity
+    #: headroom absorbs (``neuscale_opt.traces.demand.sizing_window``)
+    burst_headroom: float = Field(default=0.1, ge=0)
     rate_scale: float = Field(default=1.0, gt=0)
 
     @model_validator(mode="after")

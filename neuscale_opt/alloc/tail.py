@@ -30,6 +30,18 @@ def tail_classes(ctx: EpochContext) -> dict[str, float]:
     return {b: r for b, r in sorted(ctx.bucket_rate.items()) if r < lim}
 
 
+def nearest_first(
+    tokens: dict[str, float], b: str, served: set[str], spare: float, group: str
+) -> tuple[float, float, str]:
+    """Sort key of a candidate serving group for tail class ``b`` (the rule of
+    ``formulations/allocation.md``, "Tail classes"): least distance in prompt length
+    ``|ln(in_b / in_c)|`` over the classes ``c`` the group serves, then most spare capacity, then
+    name. The one ordering used by the epoch planners (:func:`route_tail`) and the auto-scalers
+    (``neuscale_opt.horizon.autoscaler``)."""
+    dist = min((abs(math.log(tokens[b] / tokens[c])) for c in served), default=math.inf)
+    return (dist, -spare, group)
+
+
 def route_tail(ctx: EpochContext, ep: EpochPlan, tail: dict[str, float]) -> tuple[EpochPlan, set[str]]:
     """Put each tail class on held groups' spare capacity, nearest first: groups whose vPod type has
     a usable configuration for the class (``ctx.configs``), ordered by the distance in prompt length
@@ -61,8 +73,7 @@ def route_tail(ctx: EpochContext, ep: EpochPlan, tail: dict[str, float]) -> tupl
                     spare = ep.n[g] - load.get(g, 0.0)
                     if spare <= EPS:
                         continue
-                    dist = min(abs(math.log(tokens[b] / tokens[c])) for c in served[g])
-                    options.append((dist, -spare, g, str(r.config_id), float(r.cap_rps)))
+                    options.append((*nearest_first(tokens, b, served[g], spare, g), str(r.config_id), float(r.cap_rps)))
             need = rate
             for _d, _s, g, k, cap in sorted(options):
                 spare = ep.n[g] - load.get(g, 0.0)
@@ -102,3 +113,84 @@ def plan_with_tail(
         if not left:
             return ep, ({**info, "tail_classes": sorted(routed)} if routed else info)
         own |= left
+
+
+# ----------------------------------------------------------------------------------------------
+# the horizon planner's hook (the rolling MILP calls these around each window's solve)
+
+
+def split_tail(
+    demand: dict[tuple[str, int], float], epochs: list[int], tail_rate_rps: float | None
+) -> tuple[dict[tuple[str, int], float], dict[int, dict[str, float]]]:
+    """The window demand handed to the horizon model without its tail classes, and those classes
+    per epoch: ``(demand with every (b, t) below the tail rate set to 0, {t: {b: rate}})``. Off
+    (``tail_rate_rps`` None or 0) returns the demand unchanged and no tail."""
+    if not tail_rate_rps or tail_rate_rps <= 0:
+        return dict(demand), {}
+    out = dict(demand)
+    tail: dict[int, dict[str, float]] = {}
+    for (b, t), r in sorted(demand.items()):
+        if t in epochs and 0 < r < tail_rate_rps:
+            tail.setdefault(t, {})[b] = r
+            out[(b, t)] = 0.0
+    return out, tail
+
+
+def route_tail_commit(
+    n: dict[str, int],
+    x: dict[str, float],
+    tail: dict[str, float],
+    configs: Any,
+    tokens: dict[str, float],
+) -> tuple[dict[str, float], dict[str, str], set[str]]:
+    """Route one committed epoch's tail classes (rates ``tail``) onto the spare capacity
+    ``n_g - u_g`` of its held groups (``n`` vPods per group, ``x`` rate per configuration) whose vPod
+    type has a configuration for the class (``configs``: the window's configurations, with
+    ``config_id``, ``bucket``, ``vpod_type``, ``group``, ``cap_rps``), nearest first
+    (:func:`nearest_first`); a class may be split over groups. Returns the rates with the routes
+    added, the group each routed configuration runs on (``assemble(groups_of=...)``) and the classes
+    that found no (or not enough) room, which get no route: the planner solves the window again with
+    them as ordinary demand (as :func:`plan_with_tail`)."""
+    by_id = configs.set_index("config_id")
+    load: dict[str, float] = {}
+    served: dict[str, set[str]] = {}
+    vtype_of = {str(r.group): str(r.vpod_type) for r in configs.itertuples()}
+    for k, r in x.items():
+        g = str(by_id.at[k, "group"])
+        load[g] = load.get(g, 0.0) + r / float(by_id.at[k, "cap_rps"])
+        served.setdefault(g, set()).add(str(by_id.at[k, "bucket"]))
+    x_new = dict(x)
+    routes: dict[str, str] = {}
+    left: set[str] = set()
+    for b, rate in sorted(tail.items()):
+        options = []
+        for r in configs[configs["bucket"] == b].itertuples():
+            for g, cnt in sorted(n.items()):
+                if cnt <= 0 or vtype_of.get(g) != str(r.vpod_type) or g not in served:
+                    continue
+                spare = cnt - load.get(g, 0.0)
+                if spare > EPS:
+                    options.append((nearest_first(tokens, b, served[g], spare, g), str(r.config_id), float(r.cap_rps)))
+        # a configuration runs on one group: each is offered on its nearest group only
+        first: dict[str, tuple] = {}
+        for o in sorted(options):
+            first.setdefault(o[1], o)
+        room: dict[str, float] = {}
+        for key, _k, cap in first.values():
+            room[key[2]] = max(room.get(key[2], 0.0), -key[1] * cap)
+        if sum(room.values()) < rate * (1 - EPS):
+            left.add(b)
+            continue
+        need = rate
+        for key, k, cap in sorted(first.values()):
+            g = key[2]
+            take = min(need, max(n[g] - load.get(g, 0.0), 0.0) * cap)
+            if take <= EPS:
+                continue
+            x_new[k] = x_new.get(k, 0.0) + take
+            routes[k] = g
+            load[g] = load.get(g, 0.0) + take / cap
+            need -= take
+            if need <= EPS * max(1.0, rate):
+                break
+    return x_new, routes, left

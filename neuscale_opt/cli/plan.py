@@ -240,6 +240,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             progress=bar.update,
         )
     prov = plan_provenance(args, inst, options)
+    if "sizing_window" in coeffs.meta:  # provision_for = "burst": the window chosen and why
+        prov["sizing_window"] = coeffs.meta["sizing_window"]
     if args.json != "-":
         sys.stdout.write(summary(sol, coeffs, inst))
         sys.stdout.write(melange_comparison(args.instance, args.slice_factor))

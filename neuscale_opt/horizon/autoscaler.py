@@ -25,6 +25,14 @@ past:
    one, as when the chips run out. A generation whose inventory schedule exceeds what its pods
    hold (the counterfactual fleet of :func:`fleet_total_inventory`) is counted only.
 
+5. **tail classes** (``PlanOptions.tail_rate_rps``, the epoch planners' rule of
+   ``formulations/allocation.md``, "Tail classes"): a class whose need R_b(t) is below the tail
+   rate is placed after all the others: on the capacity its own groups hold anyway (rule 3 i),
+   then on the spare capacity of the other held groups whose vPod type has a configuration for it,
+   nearest first (:func:`neuscale_opt.alloc.tail.nearest_first`), when that spare capacity holds
+   all of what is left; otherwise it is an ordinary class (rules 3 ii-iii).
+   Its rows are routes onto the serving group, so the evaluator and the replay treat it as routed.
+
 ``homogeneous-autoscaler`` - the same rules with the configurations of one generation only (the
 conventional auto-scaler the paper compares with); run on each generation, the best is the one of
 least objective.
@@ -42,6 +50,7 @@ from neuscale_opt.alloc.context import Prepared, prepare
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.alloc.placement import pod_order
 from neuscale_opt.alloc.solution import Solution
+from neuscale_opt.alloc.tail import nearest_first
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.horizon.context import horizon_options, inventory_dropped
 from neuscale_opt.horizon.params import FLOOR_EPS, HorizonParams
@@ -94,6 +103,7 @@ class _Epoch:
         self.load: dict[str, float] = {}
         self.x: dict[str, float] = {}
         self.route: dict[str, str] = {}
+        self.served: dict[str, set[str]] = {}
 
     def room(self, g: str) -> float:
         """Spare capacity of group g (vPods' worth)."""
@@ -106,9 +116,38 @@ class _Epoch:
         if take > EPS:
             self.load[g] = self.load.get(g, 0.0) + take / cap
             self.x[k.config_id] = self.x.get(k.config_id, 0.0) + take
+            self.served.setdefault(g, set()).add(str(k.bucket))
             if g != k.group:
                 self.route[k.config_id] = g
         return take
+
+
+def _route_tail(
+    ep: _Epoch,
+    b: str,
+    rate: float,
+    by_type: dict[tuple[str, str], Any],
+    group_type: dict[str, str],
+    tokens: dict[str, float],
+) -> float:
+    """Serve tail class ``b`` on held groups whose vPod type has a configuration for it, in the
+    order of :func:`neuscale_opt.alloc.tail.nearest_first`, if their spare capacity holds the whole
+    rate (then the rate, else nothing is placed and 0 is returned)."""
+    options = []
+    for g in ep.n:
+        k = by_type.get((group_type[g], b))
+        room = ep.room(g)
+        if k is None or ep.n[g] <= 0 or room <= EPS or g not in ep.served:
+            continue
+        options.append((nearest_first(tokens, b, ep.served[g], room, g), k))
+    if sum(max(ep.room(key[2]), 0.0) * float(k.cap_rps) for key, k in options) < rate * (1 - EPS):
+        return 0.0
+    taken = 0.0
+    for key, k in sorted(options, key=lambda o: o[0]):
+        taken += ep.put(k, key[2], rate - taken)
+        if rate - taken <= EPS * max(1.0, rate):
+            break
+    return taken
 
 
 def autoscale(
@@ -135,6 +174,12 @@ def autoscale(
     w = params.monitor_epochs(t_s)
     demand = actual_demand(coeffs)
     buckets = coeffs.bucket_names
+    tokens = dict(zip(coeffs.buckets["bucket"].astype(str), coeffs.buckets["input_tokens"].astype(float), strict=True))
+    lim = opts.tail_rate_rps if opts.slice_factor is None else None
+
+    def tail_of(need: dict[str, float]) -> set[str]:
+        return {b for b, r in need.items() if lim is not None and 0 < r < lim}
+
     eff = (cfg["held_obj_per_vpod"] / (cfg["cap_rps"] * t_s) + cfg["var_obj_per_req"]).astype(float)
     cfg = cfg.assign(_eff=eff.to_numpy())
     rows_of: dict[str, list[Any]] = {b: [] for b in buckets}
@@ -210,8 +255,9 @@ def autoscale(
             return math.ceil(need[b] / float(rs[0].cap_rps) - EPS) * float(rs[0].chips_per_vpod) if rs else -1.0
 
         s: dict[str, float] = {}
-        order = sorted((b for b in buckets if need[b] > 0), key=lambda b: (-best_chips(b), b))
-        for b in order:
+        tail = tail_of(need)
+        order = sorted((b for b in buckets if need[b] > 0 and b not in tail), key=lambda b: (-best_chips(b), b))
+        for b in order + sorted(tail):
             r_left = need[b]
             # (i) capacity held anyway
             for k in rows_of[b]:
@@ -219,6 +265,10 @@ def autoscale(
                     break
                 if ep.n.get(k.group, 0) > 0:
                     r_left -= ep.put(k, k.group, r_left)
+            # a tail class then rides on the spare capacity of the other held groups, nearest first,
+            # when they hold all of what is left; otherwise it is an ordinary class (rules ii-iii)
+            if b in tail and r_left > EPS:
+                r_left -= _route_tail(ep, b, r_left, by_type, group_type, tokens)
             # (ii) coalescing into a group of the same vPod type with room
             if r_left > EPS and rows_of[b] and r_left < params.coalesce_threshold * float(rows_of[b][0].cap_rps):
                 for g in sorted(ep.n, key=lambda g: (group_eff[g], g)):

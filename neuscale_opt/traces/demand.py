@@ -25,6 +25,32 @@ least one sub-window, so a sliver does not turn one request into a huge rate), i
 divides by that, and its sub-windows beyond ``H`` simply hold nothing. ``partial="drop"`` instead
 ends the horizon at the last full epoch (``H := floor(H/T) T``) and drops the rows after it.
 Backtests score full epochs only (:func:`neuscale_opt.traces.forecast.backtest`).
+
+Sizing window chosen from the trace's burstiness (``provision_for = "burst"``)
+-----------------------------------------------------------------------------
+:func:`sizing_window` picks the window ``w*`` over which capacity is sized, from the pooled arrival
+counts (all classes together: the demand a pooled group sees), and :func:`burst_demand` sizes each
+class for its share of the pooled peak over ``w*`` (D7-D10 of ``formulations/forecast.md``):
+
+* candidates ``w`` are the multiples of the base sub-window ``w0`` that divide the epoch ``T``
+  (``w0, 2 w0, ..., T``);
+* ``N`` are the pooled counts per base sub-window; ``V0`` (:func:`base_variance`) their variance
+  at a steady rate: the Poisson ``mean(N)``, or more when arrivals come in clumps (robust
+  estimate from consecutive sub-windows);
+* for a candidate ``w``, ``M_w``, ``V_w`` are the mean and variance of ``N`` *inside* windows of
+  length ``w`` (each window around its own mean, pooled over all windows of all epochs, ``dof_w``
+  = sub-windows minus windows). The variance beyond ``V0``, less a two-standard-error allowance
+  for the estimate (``2 V0 sqrt(2 / dof_w)``), is the rate's own movement inside a window:
+  ``cv_x(w) = sqrt(max(V_w - V0 - 2 V0 sqrt(2 / dof_w), 0)) / M_w``;
+* the queueing model behind the safe loads (``alloc.attainment``) absorbs Poisson fluctuation at
+  the sized rate, and the capacity headroom ``h`` (default :data:`DEFAULT_BURST_HEADROOM` = 0.1,
+  the ``1 / 0.9 - 1`` of the 0.9 cap) absorbs rate movements up to ``h`` of the rate;
+* ``w*`` = the largest candidate such that ``cv_x(w) <= h`` for it and every shorter candidate
+  (the search stops at the first window that fails): within windows that long the rate moves
+  less than the headroom absorbs, so sizing for the busiest such window is enough. Poisson
+  arrivals give ``w* = T`` (size for the epoch's mean); arrivals whose rate jumps every ``tau``
+  seconds give ``w* <= tau``. When even ``w0`` fails (``cv_x(w0)`` is 0 by construction, one
+  sub-window per window, so only the next candidate can), ``w* = w0``, the finest the data allows.
 """
 
 from __future__ import annotations
@@ -43,6 +69,8 @@ from neuscale_opt.traces.spec import BucketSpec
 ALL = "all"
 DEFAULT_EPOCH_S = 300.0
 DEFAULT_SUBWINDOW_S = 10.0
+#: relative rate movement inside a sizing window that the capacity headroom absorbs (1 / 0.9 - 1)
+DEFAULT_BURST_HEADROOM = 0.1
 DEMAND_COLUMNS: tuple[str, ...] = (
     "epoch",
     "bucket",
@@ -177,6 +205,127 @@ def epoch_demand(
         unit=dict(UNITS),
     )
     return demand
+
+
+def _pooled_counts(
+    trace: pd.DataFrame, epoch_s: float, base_s: float, horizon_s: float | None
+) -> tuple[np.ndarray, float]:
+    """Pooled arrival counts per (epoch, base sub-window) of the full epochs of the horizon, and
+    the horizon (s). A trailing partial epoch is left out (its empty sub-windows are not demand)."""
+    n_sub = _subwindows(epoch_s, base_s)
+    t = trace["arrival_s"].to_numpy(np.float64)
+    h = float(horizon_s) if horizon_s is not None else max(float(trace.attrs.get("horizon_s", 0.0)), float(t.max()))
+    n_ep = max(math.floor(h / epoch_s + 1e-12), 0)
+    check_epoch_count(max(n_ep, 1), epoch_s, h, cells=max(n_ep, 1) * n_sub)
+    t = t[(t >= 0) & (t < n_ep * epoch_s)]
+    k = np.minimum((t // base_s).astype(np.int64), n_ep * n_sub - 1) if n_ep else np.zeros(0, np.int64)
+    return np.bincount(k, minlength=n_ep * n_sub).reshape(n_ep, n_sub).astype(np.float64), h
+
+
+#: median of a chi-square variable of one degree of freedom: median(Z^2) for a standard normal Z
+_CHI2_1_MEDIAN = 0.45493642311957283
+
+
+def base_variance(counts: np.ndarray) -> float:
+    """The variance of the base sub-window counts at a steady rate, ``V0``: at least the mean (the
+    Poisson variance), or the robust estimate from consecutive sub-windows of an epoch,
+    ``median((N_{j+1} - N_j)^2) / (2 x 0.4549)`` (the median of a chi-square of one degree of
+    freedom), when larger: arrivals that come in clumps (a trace scaled by superposed copies)
+    vary more than Poisson even at a steady rate, and the median leaves out the few differences
+    that straddle a jump of the rate."""
+    if counts.size == 0:
+        return 0.0
+    m = float(counts.mean())
+    if counts.shape[1] < 2:
+        return m
+    d2 = np.diff(counts, axis=1).ravel() ** 2
+    return max(m, float(np.median(d2)) / (2.0 * _CHI2_1_MEDIAN))
+
+
+def sizing_window(
+    trace: pd.DataFrame,
+    epoch_s: float = DEFAULT_EPOCH_S,
+    base_s: float = DEFAULT_SUBWINDOW_S,
+    headroom: float = DEFAULT_BURST_HEADROOM,
+    horizon_s: float | None = None,
+) -> tuple[float, dict]:
+    """The sizing window ``w*`` (s) and why (module docstring, "Sizing window"): ``(w*, reason)``
+    with ``reason`` = ``{"rule", "headroom", "base_s", "candidates": [{"window_s", "cv_extra"}],
+    "window_s", "why"}``."""
+    if not (math.isfinite(headroom) and headroom >= 0):
+        raise InputError(f"burst headroom must be a number >= 0, got {headroom}", where="demand")
+    n_sub = _subwindows(epoch_s, base_s)
+    counts, _h = _pooled_counts(trace, epoch_s, base_s, horizon_s)
+    cands = [k for k in range(1, n_sub + 1) if n_sub % k == 0]
+    v0 = base_variance(counts)
+    rows = []
+    for k in cands:
+        if counts.size == 0 or k == 1:
+            rows.append({"window_s": k * base_s, "cv_extra": 0.0})  # one sub-window: no movement inside
+            continue
+        c = counts.reshape(counts.shape[0], n_sub // k, k)
+        m = float(c.mean())
+        dof = c.size - c.shape[0] * c.shape[1]
+        v = float(((c - c.mean(axis=2, keepdims=True)) ** 2).sum() / dof)
+        extra = max(v - v0 - 2.0 * v0 * math.sqrt(2.0 / dof), 0.0)
+        rows.append({"window_s": k * base_s, "cv_extra": math.sqrt(extra) / m if m > 0 else 0.0})
+    # the longest window up to which every candidate keeps the movement within the headroom
+    w = base_s
+    first_bad = None
+    for r in rows:
+        if r["cv_extra"] > headroom + 1e-12:
+            first_bad = r
+            break
+        w = r["window_s"]
+    if counts.size == 0 or counts.sum() == 0:
+        why = "no arrivals in a full epoch: the epoch mean"
+        w = float(epoch_s)
+    elif first_bad is None:
+        why = f"the pooled rate moves less than the {headroom:g} headroom within whole epochs: the epoch mean"
+    else:
+        why = (
+            f"the pooled rate moves {first_bad['cv_extra']:.3g} (> {headroom:g} headroom) within "
+            f"{first_bad['window_s']:g}-s windows"
+            + (f", at most {headroom:g} within {w:g}-s windows" if first_bad["window_s"] > base_s else "")
+        )
+    reason = {
+        "rule": "longest window up to which the pooled rate's extra-Poisson movement stays <= headroom",
+        "headroom": float(headroom),
+        "base_s": float(base_s),
+        "candidates": rows,
+        "window_s": float(w),
+        "why": why,
+    }
+    return float(w), reason
+
+
+def burst_demand(
+    trace: pd.DataFrame,
+    spec: BucketSpec | None,
+    epoch_s: float = DEFAULT_EPOCH_S,
+    base_s: float = DEFAULT_SUBWINDOW_S,
+    headroom: float = DEFAULT_BURST_HEADROOM,
+    horizon_s: float | None = None,
+) -> pd.DataFrame:
+    """:func:`epoch_demand` at the sizing window ``w*`` of :func:`sizing_window`, with a column
+    ``burst_rps``: each class's share of its epoch's requests times the pooled peak over ``w*``,
+    ``burst_rps[e, b] = count[e, b] / count[e] x max_j N_pooled[e, j] / w*`` (D10; the epoch mean
+    when ``w* = T``; a class's mean when the epoch is empty). ``attrs["sizing_window"]`` holds the
+    window and its reason."""
+    w, reason = sizing_window(trace, epoch_s, base_s, headroom, horizon_s)
+    dem = epoch_demand(trace, spec, epoch_s=epoch_s, subwindow_s=w, horizon_s=horizon_s)
+    pooled = epoch_demand(trace, None, epoch_s=epoch_s, subwindow_s=w, horizon_s=horizon_s)
+    tot = dem.groupby("epoch", observed=True)["count"].transform("sum").to_numpy(np.float64)
+    pe = pooled.set_index("epoch")
+    # a trailing partial epoch no longer than w*: its pooled mean (its window is not filled)
+    peak = np.where(pe["duration_s"] <= w, pe["mean_rps"], pe["peak_rps"])
+    peak = pd.Series(peak, index=pe.index).reindex(dem["epoch"]).to_numpy(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(tot > 0, dem["count"].to_numpy(np.float64) / tot, 0.0)
+    dem["burst_rps"] = share * peak
+    dem.attrs["sizing_window"] = reason
+    dem.attrs["unit"] = {**dem.attrs.get("unit", {}), "burst_rps": "req/s"}
+    return dem
 
 
 def series_demand(

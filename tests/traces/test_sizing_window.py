@@ -1,0 +1,132 @@
+"""The sizing window chosen from the trace's burstiness (``traces.demand.sizing_window``, D7-D10 of
+``formulations/forecast.md``), on synthetic arrivals whose answer is known by construction."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from neuscale_opt.errors import InputError
+from neuscale_opt.traces.demand import burst_demand, sizing_window
+from neuscale_opt.traces.scale import scale_trace
+from neuscale_opt.traces.spec import BucketSpec
+
+H = 3600.0  # 12 epochs of 300 s, 10-s base sub-windows
+
+
+def _trace(t: np.ndarray, inp: np.ndarray | None = None) -> pd.DataFrame:
+    order = np.argsort(t, kind="stable")
+    inp = np.full(len(t), 100) if inp is None else inp
+    df = pd.DataFrame({"arrival_s": t[order], "input_tokens": inp[order], "output_tokens": np.full(len(t), 10)})
+    df.attrs["horizon_s"] = H
+    return df
+
+
+def _poisson(rate: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.uniform(0.0, H, rng.poisson(rate * H))
+
+
+def _mmpp(hi: float, lo: float, tau: float, seed: int) -> np.ndarray:
+    """Poisson arrivals whose rate alternates hi, lo, hi, ... every ``tau`` s (states aligned to 0)."""
+    rng = np.random.default_rng(seed)
+    parts = [
+        k * tau + rng.uniform(0.0, tau, rng.poisson((hi if k % 2 == 0 else lo) * tau)) for k in range(int(H / tau))
+    ]
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize(("rate", "seed"), [(0.5, 1), (5.0, 2), (50.0, 3)])
+def test_poisson_arrivals_are_sized_on_the_epoch_mean(rate, seed):
+    # a steady Poisson rate does not move inside any window: w* = the epoch, burst_rps = the mean
+    tr = _trace(_poisson(rate, seed))
+    w, reason = sizing_window(tr)
+    assert w == 300.0
+    assert all(c["cv_extra"] <= 0.1 for c in reason["candidates"])
+    dem = burst_demand(tr, None)
+    assert np.allclose(dem["burst_rps"], dem["count"] / 300.0)
+
+
+def test_clumped_copies_are_not_rate_movement():
+    # a Poisson trace superposed 10 times (copies jittered by < 1 s) arrives in clumps of 10: its
+    # counts vary 10x more than Poisson at every scale, yet its rate is steady: still the epoch mean
+    tr = scale_trace(_trace(_poisson(2.0, 4)), 10.0)
+    tr.attrs["horizon_s"] = H
+    assert sizing_window(tr)[0] == 300.0
+
+
+@pytest.mark.parametrize(("hi", "lo"), [(30.0, 10.0), (6.0, 2.0)])
+def test_mmpp_is_sized_within_its_states(hi, lo):
+    # rate jumps every 60 s: windows of 10, 20 and 30 s lie inside one state (they divide 60), a
+    # 50-s window straddles a jump in 4 of every 6 windows: w* = 30 s
+    tr = _trace(_mmpp(hi, lo, 60.0, seed=5))
+    w, reason = sizing_window(tr)
+    assert w == 30.0
+    cv = {c["window_s"]: c["cv_extra"] for c in reason["candidates"]}
+    assert cv[50.0] > 0.1
+    # a 300-s epoch holds 3 states of one rate and 2 of the other: the within-epoch variance of
+    # the 10-s counts beyond Poisson is 0.6 x 0.4 x ((hi - lo) x 10)^2, over a mean count of
+    # (hi + lo) / 2 x 10 (epochs alternate 3:2 and 2:3): cv = sqrt(0.24) (hi - lo) / ((hi + lo) / 2)
+    # = 0.490; the two-standard-error allowance takes a little off
+    hand = math.sqrt(0.24) * (hi - lo) / ((hi + lo) / 2)
+    assert cv[300.0] == pytest.approx(hand, rel=0.08)
+    assert cv[300.0] <= hand * 1.02
+
+
+def test_jumps_every_30_s_are_sized_at_the_base_window():
+    # a 20-s window straddles a 30-s state boundary in 1 of every 3 windows: w* = 10 s
+    assert sizing_window(_trace(_mmpp(30.0, 10.0, 30.0, seed=6)))[0] == 10.0
+
+
+def test_burst_rps_is_each_class_share_of_the_pooled_peak():
+    # two classes (input 100 and 3000 tokens, total buckets at 512): class shares x the busiest
+    # 30-s pooled count, counted here directly from the arrivals
+    rng = np.random.default_rng(7)
+    t = _mmpp(30.0, 10.0, 60.0, seed=8)
+    inp = np.where(rng.random(len(t)) < 0.25, 3000, 100)
+    tr = _trace(t, inp)
+    spec = BucketSpec(kind="total", edges=(512,))
+    dem = burst_demand(tr, spec)
+    assert dem.attrs["sizing_window"]["window_s"] == 30.0
+    ts, big = tr["arrival_s"].to_numpy(), tr["input_tokens"].to_numpy() > 512
+    for e in range(12):
+        m = (ts >= 300 * e) & (ts < 300 * (e + 1))
+        peak = max(((ts >= 300 * e + 30 * j) & (ts < 300 * e + 30 * (j + 1))).sum() for j in range(10)) / 30.0
+        rows = dem[dem["epoch"] == e].set_index("bucket")["burst_rps"]
+        assert rows["s512-inf"] == pytest.approx((m & big).sum() / m.sum() * peak)
+        assert rows["s0-512"] == pytest.approx((m & ~big).sum() / m.sum() * peak)
+    # the pooled group is sized for the pooled peak, never more than the sum of per-class peaks
+    per_class = dem.groupby("epoch", observed=True)["peak_rps"].sum()
+    pooled = dem.groupby("epoch", observed=True)["burst_rps"].sum()
+    assert (pooled <= per_class + 1e-9).all()
+
+
+def test_bad_headroom_is_refused():
+    with pytest.raises(InputError, match="headroom"):
+        sizing_window(_trace(_poisson(1.0, 9)), headroom=-0.1)
+
+
+def test_instance_records_the_window_and_sizes_for_it():
+    from pathlib import Path
+
+    from neuscale_opt.candidates import build_coefficients, instance_trace
+    from neuscale_opt.instance import load_instance
+
+    base = load_instance(Path(__file__).resolve().parents[2] / "instances" / "azure-conv.toml")
+    inst = base.model_copy(update={"workload": base.workload.model_copy(update={"provision_for": "burst"})})
+    inst._path = base.path
+    coeffs = build_coefficients(inst)
+    sw = coeffs.meta["sizing_window"]
+    w = sw["window_s"]
+    assert w == sizing_window(instance_trace(inst))[0] and sw["why"]
+    # every epoch's classes together are sized for the busiest w-s window of the pooled arrivals
+    t = instance_trace(inst)["arrival_s"].to_numpy()
+    sized = coeffs.demand.groupby("epoch")["rate_rps"].sum()
+    for e, r in sized.items():
+        if 300 * (e + 1) > t.max():
+            continue  # trailing partial epoch
+        counts = np.bincount(((t[(t >= 300 * e) & (t < 300 * (e + 1))] - 300 * e) // w).astype(int))
+        assert r == pytest.approx(counts.max() / w * inst.workload.rate_scale)
