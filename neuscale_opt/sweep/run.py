@@ -16,7 +16,8 @@ the MILP, ``feasible`` (the independent evaluator's verdict), the evaluated tota
 held), ``<method>_status``/``<method>_objective`` and ``ratio_<method>`` (its objective over the
 MILP's, evaluated) per baseline, ``replay_*`` (when the spec asks for the replay),
 ``nominal_objective`` and ``regret`` (the nominal plan's vPods held in this scenario, demand
-re-routed over them, against this scenario's optimum; ``inf`` when they cannot carry it), ``vpods``
+re-routed over them, against this scenario's optimum, both in the planner's objective as the MILP
+minimises it (:func:`held_objective`); ``inf`` when they cannot carry it), ``vpods``
 (the MILP's vPods per epoch and group, JSON) and ``error``.
 """
 
@@ -169,16 +170,21 @@ def _options(task: Task):
 
 
 def held_objective(coeffs: Any, options: Any, vpods: dict[int, dict[str, int]]) -> tuple[float, Any]:
-    """Objective of holding ``vpods`` under ``coeffs`` (demand routed optimally over them), checked by
-    the independent evaluator: (objective, the plan), ``inf`` when they cannot carry the demand."""
-    from neuscale_opt.alloc.evaluate import evaluate
+    """Objective of holding ``vpods`` under ``coeffs`` (demand routed optimally over them): (objective,
+    the plan), ``inf`` when they cannot carry the demand or the independent evaluator finds the plan
+    infeasible (``solve_milp`` checks every plan it returns).
+
+    The objective is the planner's (``formulations/allocation.md``, "Linear objective"), the one every
+    scenario's MILP and the scenario-based MILP minimise, so that a scenario optimum held in its own
+    scenario gives back its objective, regrets are >= 0 and the robust MILP's expected objective is the
+    mean of its plan's held objectives (``formulations/robust.md``). The evaluator's accounting of the
+    held plan (weight streaming at each group's own load, E8) is ``sol.totals``."""
     from neuscale_opt.alloc.plan import solve_milp
 
     sol = solve_milp(coeffs, options.replace(prune_dominated=False), method="fixed", fixed_vpods=vpods)
     if not sol.has_plan:
         return math.inf, sol
-    ev = evaluate(sol, coeffs)
-    return (float(ev.objective_value) if ev.feasible else math.inf), sol
+    return float(sol.objective_value), sol
 
 
 def run_scenario(task: Task) -> dict[str, Any]:
