@@ -18,7 +18,7 @@ MILP's, evaluated) per baseline, ``replay_*`` (when the spec asks for the replay
 ``nominal_objective`` and ``regret`` (the nominal plan's vPods held in this scenario, demand
 re-routed over them, against this scenario's optimum, both in the planner's objective as the MILP
 minimises it (:func:`held_objective`); ``inf`` when they cannot carry it), ``vpods``
-(the MILP's vPods per epoch and group, JSON), ``error`` and the timings ``solve_seconds`` (HiGHS
+(the MILP's vPods per epoch and vPod type, JSON), ``error`` and the timings ``solve_seconds`` (HiGHS
 time of the task: its MILP and the regret solve) and ``task_seconds`` (the whole task).
 """
 
@@ -30,7 +30,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -168,11 +168,15 @@ def row_columns(spec: SweepSpec, base: Instance) -> list[str]:
 
 
 def vpods_of(sol: Any) -> dict[int, dict[str, int]]:
-    """{epoch: {vPod group: vPods held}} of a plan (the first-stage decision of the robust MILP)."""
+    """{epoch: {vPod type: vPods held}} of a plan, the first-stage decision a plan is held by in
+    another scenario (the split over its groups, which classes share which vPods, is second stage:
+    ``formulations/robust.md``)."""
     out: dict[int, dict[str, int]] = {}
-    for r in sol.allocations[["epoch", "vpod_group", "n_vpods"]].drop_duplicates().itertuples():
+    held = sol.allocations[["epoch", "vpod_group", "vpod_type", "n_vpods"]].drop_duplicates(["epoch", "vpod_group"])
+    for r in held.itertuples():
         if int(r.n_vpods) > 0:
-            out.setdefault(int(r.epoch), {})[str(r.vpod_group)] = int(r.n_vpods)
+            per = out.setdefault(int(r.epoch), {})
+            per[str(r.vpod_type)] = per.get(str(r.vpod_type), 0) + int(r.n_vpods)
     return out
 
 
@@ -191,18 +195,27 @@ def _options(task: Task):
 
 
 def held_objective(coeffs: Any, options: Any, vpods: dict[int, dict[str, int]]) -> tuple[float, Any]:
-    """Objective of holding ``vpods`` under ``coeffs`` (demand routed optimally over them): (objective,
-    the plan), ``inf`` when they cannot carry the demand or the independent evaluator finds the plan
-    infeasible (``solve_milp`` checks every plan it returns).
+    """Objective of holding ``vpods`` ({epoch: {vPod type: vPods}}) under ``coeffs``: the held vPods
+    split over the scenario's groups and the demand routed over them at least objective, by the
+    scenario-based model with one scenario and its first stage fixed
+    (:func:`neuscale_opt.sweep.robust.robust_milp`); the plan it finds is rebuilt with those
+    groups held (``solve_milp(..., fixed_vpods=...)``), which checks it with the independent
+    evaluator. Returns (objective, that plan or ``None``), ``inf`` when the vPods cannot carry the
+    demand or a held type has no usable configuration.
 
-    The objective is the planner's (``formulations/allocation.md``, "Linear objective"), the one every
-    scenario's MILP and the scenario-based MILP minimise, so that a scenario optimum held in its own
-    scenario gives back its objective, regrets are >= 0 and the robust MILP's expected objective is the
-    mean of its plan's held objectives (``formulations/robust.md``). The evaluator's accounting of the
-    held plan (weight streaming at each group's own load, E8) is ``sol.totals``."""
+    The objective is the planner's (``formulations/allocation.md``, "Linear objective"), the one
+    every scenario's MILP and the scenario-based MILP minimise: a scenario optimum held in its own
+    scenario gives back its objective, regrets are >= 0, and the robust MILP's expected objective is
+    the mean of its plan's held objectives. The evaluator's accounting of the held plan (weight
+    streaming at each group's own load, E8) is in the plan's ``totals``."""
     from neuscale_opt.alloc.plan import solve_milp
+    from neuscale_opt.sweep.robust import robust_milp
 
-    sol = solve_milp(coeffs, options.replace(prune_dominated=False), method="fixed", fixed_vpods=vpods)
+    split = robust_milp([coeffs], options, fixed=vpods)
+    if split.status not in ("optimal", "time_limit"):
+        return math.inf, None
+    sol = solve_milp(coeffs, options.replace(prune_dominated=False), method="fixed", fixed_vpods=split.groups)
+    sol = replace(sol, solve_seconds=float(sol.solve_seconds) + float(split.seconds))
     if not sol.has_plan:
         return math.inf, sol
     return float(sol.objective_value), sol
@@ -274,7 +287,7 @@ def _solve_scenario(task: Task) -> dict[str, Any]:
         out["regret"] = 0.0
     elif task.nominal_vpods is not None:
         nom, held = held_objective(coeffs, opts, task.nominal_vpods)
-        out["solve_seconds"] += float(held.solve_seconds)
+        out["solve_seconds"] += float(held.solve_seconds) if held is not None else 0.0
         out["nominal_objective"] = nom
         out["regret"] = nom - float(sol.objective_value)
     return out
