@@ -103,7 +103,9 @@ def run(scenarios: int, workers: list[int], scheduler: str, repeats: int = 1) ->
             r.update(repeat=rep, speedup=first / r["wall_s"])
             out["runs"].append(r)
             print(
-                f"  repeat {rep} workers {w}: wall {r['wall_s']:.1f} s, speed-up {r['speedup']:.2f}, "
+                f"  repeat {rep} workers {w}: wall {r['wall_s']:.1f} s, speed-up {r['speedup']:.2f}, per scenario: "
+                f"task {r['mean_task_s']:.2f} s, solve {r['mean_solve_s']:.3f} s, in-task overhead "
+                f"{r['in_task_overhead_s']:.2f} s, executor overhead {r['executor_overhead_s']:.2f} s; "
                 f"load {r['load_before']} -> {r['load_after']}",
                 flush=True,
             )
