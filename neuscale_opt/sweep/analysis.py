@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from neuscale_opt.sweep.designs import NOMINAL
-from neuscale_opt.sweep.run import Prepared, cross_evaluate, execute, vpods_json
+from neuscale_opt.sweep.run import Prepared, cross_rows, execute, job_of, vpods_json
 
 PLAN_STATUSES = ("optimal", "time_limit")
 
@@ -182,7 +182,8 @@ def robust_plans(prepared: Prepared, rows: pd.DataFrame, workers: int = 1, sched
             extra = pd.DataFrame({"candidate": ["robust MILP"], "vpods": [vpods_json(milp.vpods)], "optimum_in": [""]})
             cands = pd.concat([cands, extra], ignore_index=True)
     plans = tuple(cands["vpods"])
-    results = execute([(t, plans) for t in prepared.tasks], cross_evaluate, workers=workers, scheduler=scheduler)
+    jobs = [job_of(t) for t in prepared.tasks]
+    results = execute(prepared, jobs, cross_rows, plans, workers=workers, scheduler=scheduler)
     by_id = {r["scenario_id"]: r["objectives"] for r in results}
     ids = [t.scenario_id for t in prepared.tasks]
     obj = pd.DataFrame([by_id[i] for i in ids], index=ids, columns=list(cands["candidate"])).T

@@ -16,8 +16,10 @@ the MILP, ``feasible`` (the independent evaluator's verdict), the evaluated tota
 held), ``<method>_status``/``<method>_objective`` and ``ratio_<method>`` (its objective over the
 MILP's, evaluated) per baseline, ``replay_*`` (when the spec asks for the replay),
 ``nominal_objective`` and ``regret`` (the nominal plan's vPods held in this scenario, demand
-re-routed over them, against this scenario's optimum; ``inf`` when they cannot carry it), ``vpods``
-(the MILP's vPods per epoch and group, JSON) and ``error``.
+re-routed over them, against this scenario's optimum, both in the planner's objective as the MILP
+minimises it (:func:`held_objective`); ``inf`` when they cannot carry it), ``vpods``
+(the MILP's vPods per epoch and vPod type, JSON), ``error`` and the timings ``solve_seconds`` (HiGHS
+time of the task: its MILP and the regret solve) and ``task_seconds`` (the whole task).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -94,12 +96,30 @@ def scenario_instance(spec: SweepSpec, base: Instance, sc: Scenario) -> Instance
     return apply_values(base, assignments, where=f"{_where(spec)}: scenario {sc.scenario_id}")
 
 
+#: The base instance of each sweep this process has loaded (a worker loads it once, then builds
+#: every scenario it runs from it), keyed by :func:`_spec_key`.
+_BASES: dict[str, Instance] = {}
+
+
+def _spec_key(spec: SweepSpec) -> str:
+    return json.dumps([str(spec.path), spec.model_dump(mode="json")], sort_keys=True, default=str)
+
+
+def base_instance(spec: SweepSpec) -> Instance:
+    """The sweep's base instance after ``[set]``, loaded once per process."""
+    key = _spec_key(spec)
+    if key not in _BASES:
+        base = load_instance(spec.base_path())
+        if spec.set:
+            base = apply_values(base, dict(spec.set), where=f"{_where(spec)}: set")
+        _BASES[key] = base
+    return _BASES[key]
+
+
 def prepare(spec: SweepSpec) -> Prepared:
     """Validate the whole sweep up front: the base instance, ``[set]`` and every scenario's
     instance (a bad value is an InputError naming the scenario before anything runs)."""
-    base = load_instance(spec.base_path())
-    if spec.set:
-        base = apply_values(base, dict(spec.set), where=f"{_where(spec)}: set")
+    base = base_instance(spec)
     nominal: dict[str, float] = {}
     for p in spec.parameter:
         if p.nominal is not None:
@@ -112,20 +132,22 @@ def prepare(spec: SweepSpec) -> Prepared:
                 raise InputError(f"{p.targets[0]} has no number in the base instance; give nominal", where=p.label)
             nominal[p.label] = float(v)
     scs = tuple(scenarios(spec, nominal))
-    tasks = tuple(
-        Task(
-            sc.scenario_id,
-            sc.varied,
-            dict(sc.values),
-            scenario_instance(spec, base, sc),
-            tuple(spec.methods),
-            float(spec.time_limit_s),
-            float(spec.mip_gap),
-            bool(spec.replay),
-        )
-        for sc in scs
-    )
+    tasks = tuple(make_task(spec, base, sc) for sc in scs)
     return Prepared(spec, base, scs, tasks, tuple(row_columns(spec, base)))
+
+
+def make_task(spec: SweepSpec, base: Instance, sc: Scenario, nominal_vpods: dict | None = None) -> Task:
+    return Task(
+        sc.scenario_id,
+        sc.varied,
+        dict(sc.values),
+        scenario_instance(spec, base, sc),
+        tuple(spec.methods),
+        float(spec.time_limit_s),
+        float(spec.mip_gap),
+        bool(spec.replay),
+        nominal_vpods,
+    )
 
 
 def row_columns(spec: SweepSpec, base: Instance) -> list[str]:
@@ -146,11 +168,15 @@ def row_columns(spec: SweepSpec, base: Instance) -> list[str]:
 
 
 def vpods_of(sol: Any) -> dict[int, dict[str, int]]:
-    """{epoch: {vPod group: vPods held}} of a plan (the first-stage decision of the robust MILP)."""
+    """{epoch: {vPod type: vPods held}} of a plan, the first-stage decision a plan is held by in
+    another scenario (the split over its groups, which classes share which vPods, is second stage:
+    ``formulations/robust.md``)."""
     out: dict[int, dict[str, int]] = {}
-    for r in sol.allocations[["epoch", "vpod_group", "n_vpods"]].drop_duplicates().itertuples():
+    held = sol.allocations[["epoch", "vpod_group", "vpod_type", "n_vpods"]].drop_duplicates(["epoch", "vpod_group"])
+    for r in held.itertuples():
         if int(r.n_vpods) > 0:
-            out.setdefault(int(r.epoch), {})[str(r.vpod_group)] = int(r.n_vpods)
+            per = out.setdefault(int(r.epoch), {})
+            per[str(r.vpod_type)] = per.get(str(r.vpod_type), 0) + int(r.n_vpods)
     return out
 
 
@@ -169,16 +195,30 @@ def _options(task: Task):
 
 
 def held_objective(coeffs: Any, options: Any, vpods: dict[int, dict[str, int]]) -> tuple[float, Any]:
-    """Objective of holding ``vpods`` under ``coeffs`` (demand routed optimally over them), checked by
-    the independent evaluator: (objective, the plan), ``inf`` when they cannot carry the demand."""
-    from neuscale_opt.alloc.evaluate import evaluate
-    from neuscale_opt.alloc.plan import solve_milp
+    """Objective of holding ``vpods`` ({epoch: {vPod type: vPods}}) under ``coeffs``: the held vPods
+    split over the scenario's groups and the demand routed over them at least objective, by the
+    scenario-based model with one scenario and its first stage fixed
+    (:func:`neuscale_opt.sweep.robust.robust_milp`); the plan it finds is rebuilt with those
+    groups held (``solve_milp(..., fixed_vpods=...)``), which checks it with the independent
+    evaluator. Returns (objective, that plan or ``None``), ``inf`` when the vPods cannot carry the
+    demand or a held type has no usable configuration.
 
-    sol = solve_milp(coeffs, options.replace(prune_dominated=False), method="fixed", fixed_vpods=vpods)
+    The objective is the planner's (``formulations/allocation.md``, "Linear objective"), the one
+    every scenario's MILP and the scenario-based MILP minimise: a scenario optimum held in its own
+    scenario gives back its objective, regrets are >= 0, and the robust MILP's expected objective is
+    the mean of its plan's held objectives. The evaluator's accounting of the held plan (weight
+    streaming at each group's own load, E8) is in the plan's ``totals``."""
+    from neuscale_opt.alloc.plan import solve_milp
+    from neuscale_opt.sweep.robust import robust_milp
+
+    split = robust_milp([coeffs], options, fixed=vpods)
+    if split.status not in ("optimal", "time_limit"):
+        return math.inf, None
+    sol = solve_milp(coeffs, options.replace(prune_dominated=False), method="fixed", fixed_vpods=split.groups)
+    sol = replace(sol, solve_seconds=float(sol.solve_seconds) + float(split.seconds))
     if not sol.has_plan:
         return math.inf, sol
-    ev = evaluate(sol, coeffs)
-    return (float(ev.objective_value) if ev.feasible else math.inf), sol
+    return float(sol.objective_value), sol
 
 
 def run_scenario(task: Task) -> dict[str, Any]:
@@ -198,6 +238,7 @@ def run_scenario(task: Task) -> dict[str, Any]:
 
 def _solve_scenario(task: Task) -> dict[str, Any]:
     from neuscale_opt.alloc.evaluate import evaluate
+    from neuscale_opt.alloc.pareto import TOTAL_OF
     from neuscale_opt.alloc.plan import plan
     from neuscale_opt.candidates import build_coefficients
 
@@ -209,13 +250,15 @@ def _solve_scenario(task: Task) -> dict[str, Any]:
     if not sol.has_plan:
         out["error"] = str(sol.diagnosis or "")
         return out
-    ev = evaluate(sol, coeffs)
-    t = ev.totals
+    # solve_milp has checked the plan with the independent evaluator (a plan it finds infeasible has
+    # no plan status) and carries its totals
+    t = sol.totals
+    obj = float(t[TOTAL_OF[sol.objective]]) + float(t["penalty"])  # the evaluator's objective_value
     out.update(
         objective=float(sol.objective_value),
         bound=float(sol.bound),
         gap=float(sol.gap),
-        feasible=bool(ev.feasible),
+        feasible=True,
         energy_j=float(t["energy_j"]),
         cost_usd=float(t["cost_usd"]),
         carbon_kg=float(t["carbon_kg"]),
@@ -233,7 +276,7 @@ def _solve_scenario(task: Task) -> dict[str, Any]:
         if b.has_plan:
             bev = evaluate(b, coeffs.with_unlimited_inventory() if m == "unlimited" else coeffs)
             out[f"{m}_objective"] = float(bev.objective_value)
-            out[f"ratio_{m}"] = float(bev.objective_value) / float(ev.objective_value)
+            out[f"ratio_{m}"] = float(bev.objective_value) / obj
     if task.replay and inst.workload.trace is not None:
         from neuscale_opt.replay import replay
 
@@ -243,7 +286,8 @@ def _solve_scenario(task: Task) -> dict[str, Any]:
         out["nominal_objective"] = float(sol.objective_value)
         out["regret"] = 0.0
     elif task.nominal_vpods is not None:
-        nom, _ = held_objective(coeffs, opts, task.nominal_vpods)
+        nom, held = held_objective(coeffs, opts, task.nominal_vpods)
+        out["solve_seconds"] += float(held.solve_seconds) if held is not None else 0.0
         out["nominal_objective"] = nom
         out["regret"] = nom - float(sol.objective_value)
     return out
@@ -267,35 +311,94 @@ def cross_evaluate(task: Task, plans: tuple[str, ...]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 # Executors
 
+#: Chunks per worker the scenarios are cut into (load balance), and the largest chunk (a killed
+#: sweep loses at most the chunks in flight; rows stream to disk as each chunk finishes).
+CHUNKS_PER_WORKER = 8
+MAX_CHUNK = 4
+
+
+@dataclass(frozen=True)
+class Job:
+    """What travels to a worker for one scenario: its id, its values and the nominal plan to hold.
+    The worker builds the scenario's instance from the base instance it loaded once
+    (:func:`base_instance`), so a job pickles in bytes, not the whole instance and its trace."""
+
+    scenario_id: str
+    varied: str
+    values: dict[str, float]
+    nominal_vpods: dict[int, dict[str, int]] | None = None
+
+
+def job_of(task: Task, nominal_vpods: dict[int, dict[str, int]] | None = None) -> Job:
+    return Job(task.scenario_id, task.varied, dict(task.values), nominal_vpods)
+
+
+def task_of(spec: SweepSpec, base: Instance | None, job: Job) -> Task:
+    """The job's task, its instance built from ``base`` (``None``: this process's copy)."""
+    sc = Scenario(job.scenario_id, dict(job.values), job.varied)
+    return make_task(spec, base if base is not None else base_instance(spec), sc, job.nominal_vpods)
+
+
+def init_worker(spec: SweepSpec) -> None:
+    """Worker initializer: load the base instance (and the catalogs it reads) and import the
+    planners once, before the first job."""
+    base_instance(spec)
+    import neuscale_opt.alloc.plan  # noqa: F401
+    import neuscale_opt.candidates  # noqa: F401
+
+
+def scenario_rows(spec: SweepSpec, base: Instance | None, jobs: list[Job]) -> list[dict[str, Any]]:
+    """One chunk of scenarios: a row each (:func:`run_scenario`)."""
+    return [run_scenario(task_of(spec, base, j)) for j in jobs]
+
+
+def cross_rows(spec: SweepSpec, base: Instance | None, jobs: list[Job], plans: tuple[str, ...]) -> list[dict[str, Any]]:
+    """One chunk of scenarios: each candidate plan held in each (:func:`cross_evaluate`)."""
+    return [cross_evaluate(task_of(spec, base, j), plans) for j in jobs]
+
+
+def chunk_size(n: int, workers: int) -> int:
+    return max(1, min(MAX_CHUNK, n // max(1, workers * CHUNKS_PER_WORKER)))
+
 
 def execute(
-    calls: Iterable[tuple[Any, ...]],
-    fn: Callable[..., Any],
+    prepared: Prepared,
+    jobs: Iterable[Job],
+    fn: Callable[..., list[Any]],
+    *args: Any,
     workers: int = 1,
     scheduler: str = "processes",
     on_result: Callable[[Any], None] | None = None,
 ) -> list[Any]:
-    """Run ``fn(*args)`` for each ``args`` of ``calls`` and hand every result to ``on_result`` as it
-    finishes. ``scheduler``: ``local`` (this process, in order), ``processes`` (a process pool of
-    ``workers``), ``dask`` (a ``dask.distributed.LocalCluster`` of ``workers`` single-threaded
-    processes) or the address of a running Dask scheduler."""
-    calls = list(calls)
+    """Run ``fn(spec, base, chunk, *args)`` over chunks of ``jobs`` (:func:`chunk_size`) and hand
+    every result to ``on_result`` as its chunk finishes. ``scheduler``: ``local`` (this process, in
+    order), ``processes`` (a spawned process pool of ``workers``, each loading the base instance
+    once in :func:`init_worker`), ``dask`` (a ``dask.distributed.LocalCluster`` of ``workers``
+    single-threaded processes) or the address of a running Dask scheduler (the base instance is
+    scattered to every worker once, so remote workers need no instance files)."""
+    spec = prepared.spec
+    jobs = list(jobs)
     results: list[Any] = []
 
-    def take(r: Any) -> None:
-        results.append(r)
-        if on_result is not None:
-            on_result(r)
+    def take(rs: list[Any]) -> None:
+        for r in rs:
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
 
-    if not calls:
+    if not jobs:
         return results
+    size = 1 if scheduler == "local" else chunk_size(len(jobs), workers)
+    chunks = [jobs[i : i + size] for i in range(0, len(jobs), size)]
     if scheduler == "local":
-        for args in calls:
-            take(fn(*args))
+        for c in chunks:
+            take(fn(spec, prepared.base, c, *args))
     elif scheduler == "processes":
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+        pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=get_context("spawn"), initializer=init_worker, initargs=(spec,)
+        )
         try:
-            futures = [pool.submit(fn, *args) for args in calls]
+            futures = [pool.submit(fn, spec, None, c, *args) for c in chunks]
             for fut in as_completed(futures):
                 take(fut.result())
         finally:
@@ -313,7 +416,8 @@ def execute(
             cluster = None
             client = Client(scheduler, timeout=30)
         try:
-            futures = [client.submit(fn, *args, pure=False) for args in calls]
+            [base] = client.scatter([prepared.base], broadcast=True)
+            futures = [client.submit(fn, spec, base, c, *args, pure=False) for c in chunks]
             for fut in dask_completed(futures):
                 take(fut.result())
         finally:
@@ -440,8 +544,8 @@ def run_sweep(
             if progress is not None:
                 progress(1)
             continue
-        todo.append((Task(**{**t.__dict__, "nominal_vpods": nom_vpods}),))
-    execute(todo, run_scenario, workers=workers, scheduler=scheduler, on_result=record)
+        todo.append(job_of(t, nom_vpods))
+    execute(prepared, todo, scenario_rows, workers=workers, scheduler=scheduler, on_result=record)
     rows = store.frame()
     rows.to_parquet(out / "scenarios.parquet", index=False)
     rows.to_csv(out / "scenarios.csv", index=False)

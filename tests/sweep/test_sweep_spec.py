@@ -199,7 +199,7 @@ def test_robust_model_components_match_the_formulation_document():
     ctx = build_context(c, o, 0, prepare_ctx(c, o))
     m = build_robust_model([ctx, ctx], [0.5, 0.5])
     top = {x.local_name for x in m.component_objects(descend_into=False)}
-    assert top == {"ALL_GROUPS", "n_shared", "scenario", "LINK", "link", "total_objective"}
+    assert top == {"ALL_TYPES", "n_shared", "scenario", "LINK", "link", "total_objective"}
     for name in top:
         assert f"`{name}`" in doc or f"**{name}**" in doc, name
     assert isinstance(m.scenario[1].demand_coverage, pyo.Constraint)
