@@ -374,6 +374,7 @@ def plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: P
 
         cset = candidates(inst)
     replays = {}
+    detail: dict = {}
     notes: list[str] = []
     if cset is not None and inst.workload.trace is not None:
         from neuscale_opt.candidates import instance_trace
@@ -384,7 +385,10 @@ def plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: P
         todo = [(sol.method, sol)] + [(n, b) for n, (b, _) in baselines.items() if n != "unlimited" and b.has_plan]
         with progress_bar(total=len(todo), desc="replay", quiet=args.quiet) as bar:
             for name, s in todo:
-                replays[name] = replay(s.to_dict(timing=False), inst, trace, coeffs=coeffs).totals
+                res = replay(s.to_dict(timing=False), inst, trace, coeffs=coeffs)
+                replays[name] = res.totals
+                if name == sol.method:
+                    detail = {"by_bucket": res.by_bucket, "by_epoch": res.by_epoch}
                 bar.update(1)
     pods = None if coeffs.pods is None else coeffs.pods.to_dict("records")
     placements = getattr(sol, "placements", None)
@@ -400,6 +404,7 @@ def plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: P
         replays=replays or None,
         provenance=prov,
         notes=notes,
+        replay_detail=detail or None,
     )
 
 
