@@ -154,7 +154,6 @@ def render_html(title: str, sections: list[Section], images: dict[str, bytes]) -
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        '<link rel="icon" href="data:,">',
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
     ]
@@ -422,11 +421,9 @@ def build_report(
     carbon = float(totals.get("carbon_kg", math.nan))
     used_gens = [c for c in gens if peak[c] > 0]
     deploy_words = "; ".join(
-        f"**{c}** {peak[c]} chips ("
-        + ", ".join(
-            f"up to {int(r[epochs].max())} x {r['shape']}" for _, r in dep[dep["chip"] == c].iterrows()
-        )
-        + ")"
+        f"**{c}** {peak[c]} chips at peak ("
+        + " + ".join(f"{int(r[epochs].max())} x {r['shape']}" for _, r in dep[dep["chip"] == c].iterrows())
+        + " slices at most)"
         for c in used_gens
     )
     glance = [
@@ -446,7 +443,7 @@ def build_report(
         ]
     decision_text = [
         f"**Deploy** ({plan['method']}, {solution.options.variant} vPods, {solution.options.serving} serving, "
-        f"{len(epochs)} epochs of {fmt(epoch_s / 60)} min = {fmt(hours)} h): "
+        f"{len(epochs)} epoch{'s' if len(epochs) != 1 else ''} of {fmt(epoch_s / 60)} min = {fmt(hours)} h): "
         + (deploy_words or "nothing")
         + ". [Deployment per epoch](#deploy), [figure](#fig-deployment-over-time).",
         f"**Costs** {fmt(cost_h)} USD/h ({fmt(cost_h * 24)} USD/day), {fmt(energy_kwh)} kWh and "
@@ -694,22 +691,21 @@ def _comparison(plan: dict, baselines: dict, rp: dict, key: str, hours: float) -
         if plan["method"] in rp
         else "(planned): "
     )
-    table = Table(
-        [
-            "method",
-            "status",
-            "USD/h",
-            "kWh",
-            f"planned {what} vs plan",
-            "replayed SLO",
-            "goodput tokens",
-            "goodput tokens/J",
-            "goodput tokens/USD",
-            f"{what} per goodput token vs plan",
-        ],
-        rows,
-        anchor="compare",
-    )
+    cols = [
+        "method",
+        "status",
+        "USD/h",
+        "kWh",
+        f"planned {what} vs plan",
+        "replayed SLO",
+        "goodput tokens",
+        "goodput tokens/J",
+        "goodput tokens/USD",
+        f"{what} per goodput token vs plan",
+    ]
+    if not rp:  # nothing replayed (no trace): the planned columns only
+        cols, rows = cols[:5], [r[:5] for r in rows]
+    table = Table(cols, rows, anchor="compare")
     return table, head + "; ".join(words) + "."
 
 
