@@ -71,7 +71,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help="write the plan as JSON to PATH ('-' = stdout)")
     p.add_argument("--out", default=None, metavar="DIR", help="write the report (Markdown, HTML, JSON, CSV) to DIR")
     p.add_argument("--no-baselines", action="store_true", help="with --out: do not run the baselines")
-    p.add_argument("--quiet", action="store_true", help="no progress bar; print only the status line and the report path")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bar; print only the status line and the report path"
+    )
     p.add_argument("--verbose", action="store_true", help="also print the allocation table")
     add_objective_flags(p)
     p.set_defaults(func=cmd_plan)
@@ -433,8 +435,14 @@ def planned_part(trace, coeffs: Coefficients):
     )
 
 
-def summary(sol: Solution, coeffs: Coefficients, inst=None, verbose: bool = False, quiet: bool = False,
-            replayed: dict | None = None) -> str:
+def summary(
+    sol: Solution,
+    coeffs: Coefficients,
+    inst=None,
+    verbose: bool = False,
+    quiet: bool = False,
+    replayed: dict | None = None,
+) -> str:
     """The terminal summary of a plan: status (and what was solved), objective, cost per hour,
     chips per generation, placement and, with a report, the replayed SLO attainment; the
     allocation table only when ``verbose``; ``quiet``: the status line alone."""

@@ -312,7 +312,10 @@ def unused_reason(chip: str, used: int, cset, alloc: pd.DataFrame, objective: st
             continue
         ratio = float(own[col].min()) / float(planned[col].min())
         if ratio > 1:
-            return f"its best configuration for {b} (the busiest class it can serve) needs {fmt(ratio)} x the {what} per request of the plan's"
+            return (
+                f"its best configuration for {b} (the busiest class it can serve) needs {fmt(ratio)} x "
+                f"the {what} per request of the plan's"
+            )
         return (
             f"as efficient per request for {b} as the plan's choice ({fmt(ratio)} x its {what}), "
             "but not needed: the chosen generations cover the demand within the coupling and placement rules"
@@ -495,8 +498,14 @@ def build_report(
     sections = [decision]
     ep_labels = [clock(i * epoch_s) for i in range(len(epochs))]
     dep_rows = [
-        [r["chip"], r["shape"], int(r["chips_per_vpod"]), *[int(r[t]) for t in epochs], int(r[epochs].max()),
-         int(r[epochs].max()) * int(r["chips_per_vpod"])]
+        [
+            r["chip"],
+            r["shape"],
+            int(r["chips_per_vpod"]),
+            *[int(r[t]) for t in epochs],
+            int(r[epochs].max()),
+            int(r[epochs].max()) * int(r["chips_per_vpod"]),
+        ]
         for _, r in dep.iterrows()
     ]
     sections.append(
@@ -563,11 +572,21 @@ def build_report(
             ],
             tables=[
                 Table(
-                    ["start", "epoch", "class", "phase", "generation", "slice", "tp", "pp", "batch", "vPods",
-                     "req/s"],
+                    ["start", "epoch", "class", "phase", "generation", "slice", "tp", "pp", "batch", "vPods", "req/s"],
                     [
-                        [clock(epochs.index(r.epoch) * epoch_s), r.epoch, r.bucket, r.phase, r.chip, r.shape,
-                         r.tp, r.pp, r.batch, r.n_vpods, r.rate_rps]
+                        [
+                            clock(epochs.index(r.epoch) * epoch_s),
+                            r.epoch,
+                            r.bucket,
+                            r.phase,
+                            r.chip,
+                            r.shape,
+                            r.tp,
+                            r.pp,
+                            r.batch,
+                            r.n_vpods,
+                            r.rate_rps,
+                        ]
                         for r in alloc.itertuples()
                     ],
                     anchor="allocations-table",
@@ -587,8 +606,18 @@ def build_report(
             + [f"{r[0]}: {r[1]} on {r[2]} {r[3]}; {BOUND_WHY.get(r[8], r[8])}." for r in why],
             tables=[
                 Table(
-                    ["class", "config", "generation", "slice", "TTFT (s)", "TPOT (s)", "J/request",
-                     "USD/request", "bound", "FLOP/byte"],
+                    [
+                        "class",
+                        "config",
+                        "generation",
+                        "slice",
+                        "TTFT (s)",
+                        "TPOT (s)",
+                        "J/request",
+                        "USD/request",
+                        "bound",
+                        "FLOP/byte",
+                    ],
                     [list(r) for r in why],
                     anchor="why-table",
                 )
@@ -654,7 +683,8 @@ def _comparison(plan: dict, baselines: dict, rp: dict, key: str, hours: float) -
     rows = []
     words = []
     for name, status, tot in [(plan["method"], plan["status"], plan["totals"])] + [
-        (b, sol.status, (ev.totals if (sol.has_plan and ev is not None) else None)) for b, (sol, ev) in baselines.items()
+        (b, sol.status, (ev.totals if (sol.has_plan and ev is not None) else None))
+        for b, (sol, ev) in baselines.items()
     ]:
         r = rp.get(name)
         planned = float(tot.get(key)) if tot is not None and tot.get(key) is not None else math.nan
@@ -709,14 +739,15 @@ def _comparison(plan: dict, baselines: dict, rp: dict, key: str, hours: float) -
     return table, head + "; ".join(words) + "."
 
 
-def _risks(plan: dict, mine: dict | None, detail: dict, target: float, epoch_s: float, meta: dict, rolling: bool) -> str:
+def _risks(
+    plan: dict, mine: dict | None, detail: dict, target: float, epoch_s: float, meta: dict, rolling: bool
+) -> str:
     parts = []
     if mine is not None:
         n = int(mine.get("requests", 0))
         missed = n - int(mine.get("slo_met", 0))
-        s = (
-            f"{fmt(missed)} of {fmt(n)} replayed requests ({pct(missed / n if n else math.nan)}) miss their SLO"
-            + (f" (target attainment {pct(target)})" if math.isfinite(target) else "")
+        s = f"{fmt(missed)} of {fmt(n)} replayed requests ({pct(missed / n if n else math.nan)}) miss their SLO" + (
+            f" (target attainment {pct(target)})" if math.isfinite(target) else ""
         )
         bb = detail.get("by_bucket")
         if bb is not None and not bb.empty:
@@ -738,8 +769,10 @@ def _risks(plan: dict, mine: dict | None, detail: dict, target: float, epoch_s: 
     if rolling and not fe.empty:
         short = fe.sort_values(["short", "epoch", "bucket"], ascending=[False, True, True], kind="mergesort").iloc[0]
         tot = fe.groupby("epoch")[["forecast", "actual"]].sum()
-        ape = ((tot["forecast"] - tot["actual"]).abs() / tot["actual"].where(tot["actual"] > 0)).dropna()
-        s = f"the {meta.get('forecast')} forecast misses the epochs' total demand by {pct(ape.mean() if len(ape) else math.nan)} on average"
+        err = (tot["forecast"] - tot["actual"]).abs()
+        ape = (err / tot["actual"].where(tot["actual"] > 0)).dropna()
+        mape = pct(ape.mean() if len(ape) else math.nan)
+        s = f"the {meta.get('forecast')} forecast misses the epochs' total demand by {mape} on average"
         if short["short"] > 0:
             s += (
                 f", at worst {fmt(short['short'])} req/s short for {short['bucket']} at "
@@ -806,8 +839,7 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
         text.append("Full-horizon bound: not computed (run `--method oracle` for the perfect-forecast plan).")
     verdict = "feasible" if evaluation.feasible else "VIOLATIONS: " + "; ".join(evaluation.violations[:5])
     text.append(
-        f"Independent evaluation (constraints re-checked, energy and money accounted on the planned demand): "
-        f"{verdict}."
+        f"Independent evaluation (constraints re-checked, energy and money accounted on the planned demand): {verdict}."
     )
     tables = []
     if mine is not None:
@@ -900,11 +932,27 @@ def _replay_section(detail: dict, target: float) -> Section:
     if bb is not None and not bb.empty:
         tables.append(
             Table(
-                ["class", "requests", "served", "SLO attainment", "TTFT attainment", "TPOT attainment",
-                 "p99 TTFT (s)", "p99 TPOT (s)"],
                 [
-                    [r["bucket"], int(r["requests"]), int(r["served"]), pct(r["slo_attainment"]),
-                     pct(r["ttft_attainment"]), pct(r["tpot_attainment"]), r["p99_ttft_s"], r["p99_tpot_s"]]
+                    "class",
+                    "requests",
+                    "served",
+                    "SLO attainment",
+                    "TTFT attainment",
+                    "TPOT attainment",
+                    "p99 TTFT (s)",
+                    "p99 TPOT (s)",
+                ],
+                [
+                    [
+                        r["bucket"],
+                        int(r["requests"]),
+                        int(r["served"]),
+                        pct(r["slo_attainment"]),
+                        pct(r["ttft_attainment"]),
+                        pct(r["tpot_attainment"]),
+                        r["p99_ttft_s"],
+                        r["p99_tpot_s"],
+                    ]
                     for _, r in bb.iterrows()
                 ],
                 anchor="replay-classes",

@@ -84,8 +84,9 @@ def main_class(alloc: pd.DataFrame) -> dict[tuple[int, str], str]:
     """(epoch, vPod group) -> the class carrying most of the group's traffic (pattern of the group)."""
     if alloc.empty:
         return {}
-    t = alloc.sort_values(["epoch", "vpod_group", "rate_rps", "bucket"], ascending=[True, True, False, True],
-                          kind="mergesort")
+    t = alloc.sort_values(
+        ["epoch", "vpod_group", "rate_rps", "bucket"], ascending=[True, True, False, True], kind="mergesort"
+    )
     t = t.drop_duplicates(["epoch", "vpod_group"])
     return {(int(e), str(g)): str(b) for e, g, b in zip(t["epoch"], t["vpod_group"], t["bucket"], strict=True)}
 
@@ -121,11 +122,23 @@ def deployment_over_time(alloc: pd.DataFrame, epochs: list[int], epoch_s: float)
             v = piv[(chip, bucket)].to_numpy(dtype=float)
             ax.bar(x, v, bottom=bottom, color=colour(chip), hatch=hatch[bucket], edgecolor="white", linewidth=0.6)
             bottom += v
-        leg1 = ax.legend(handles=_gen_handles(g["chip"].unique()), title="generation", fontsize=8,
-                         title_fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        leg1 = ax.legend(
+            handles=_gen_handles(g["chip"].unique()),
+            title="generation",
+            fontsize=8,
+            title_fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.0, 1.0),
+        )
         ax.add_artist(leg1)
-        ax.legend(handles=_class_handles(hatch), title="main class", fontsize=8, title_fontsize=8,
-                  loc="lower left", bbox_to_anchor=(1.0, 0.0))
+        ax.legend(
+            handles=_class_handles(hatch),
+            title="main class",
+            fontsize=8,
+            title_fontsize=8,
+            loc="lower left",
+            bbox_to_anchor=(1.0, 0.0),
+        )
     _clock_axis(ax, len(epochs), epoch_s)
     ax.set_ylabel("chips held")
     ax.set_title("Deployment over time: chips held per generation and class", fontsize=10)
@@ -251,8 +264,9 @@ def rooflines(roofs: list[dict], classes: pd.DataFrame) -> bytes:
                 pts = roofline_curves(roof, mine["intensity"].to_numpy())
                 for ax, (key, _) in zip(axes, titles, strict=True):
                     for x, y, b in zip(mine["intensity"], pts[key], mine["bucket"], strict=True):
-                        ax.scatter([x], [y], color=colour(roof["chip"]), marker=marker[b], s=40, zorder=3,
-                                   edgecolors="black")
+                        ax.scatter(
+                            [x], [y], color=colour(roof["chip"]), marker=marker[b], s=40, zorder=3, edgecolors="black"
+                        )
     for ax, (_, label) in zip(axes, titles, strict=True):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -263,8 +277,9 @@ def rooflines(roofs: list[dict], classes: pd.DataFrame) -> bytes:
         if names:
             ax.add_artist(gen)
             hs = [plt.Line2D([], [], color="#555", marker=marker[b], linestyle="", label=b) for b in names]
-            ax.legend(handles=hs[:MAX_LEGEND], fontsize=6, loc="upper left", title="class (as planned)",
-                      title_fontsize=6)
+            ax.legend(
+                handles=hs[:MAX_LEGEND], fontsize=6, loc="upper left", title="class (as planned)", title_fontsize=6
+            )
     fig.tight_layout()
     return to_png(fig)
 
@@ -358,7 +373,7 @@ def pod_maps(
             ax.set_ylim(lr * (x + 1) - 1, 0)
             ax.set_aspect("equal")
 
-            def cell(c):
+            def cell(c, lc=lc, x=x, y=y):
                 z = c[2] if len(c) == 3 else 0
                 return (z % lc) * (y + 1) + c[1], (z // lc) * (x + 1) + c[0]
 
@@ -373,8 +388,16 @@ def pod_maps(
                 for c in s.chips:
                     cx, cy = cell(c)
                     ax.add_patch(
-                        Rectangle((cx, cy), 1, 1, facecolor=colour(pod["chip"]), alpha=1.0 if j % 2 == 0 else 0.6,
-                                  hatch=hatch.get(b, ""), edgecolor="white", lw=0.3)
+                        Rectangle(
+                            (cx, cy),
+                            1,
+                            1,
+                            facecolor=colour(pod["chip"]),
+                            alpha=1.0 if j % 2 == 0 else 0.6,
+                            hatch=hatch.get(b, ""),
+                            edgecolor="white",
+                            lw=0.3,
+                        )
                     )
             for f in pod["failed"]:
                 cx, cy = cell(f)
@@ -403,17 +426,26 @@ def pod_maps(
             ax.set_aspect("equal")
             for q in range(n):
                 ax.add_patch(
-                    Rectangle((q % side, q // side), 1, 1, facecolor=colour(chip) if q < held else UNUSED,
-                              edgecolor="white", lw=0.3)
+                    Rectangle(
+                        (q % side, q // side),
+                        1,
+                        1,
+                        facecolor=colour(chip) if q < held else UNUSED,
+                        edgecolor="white",
+                        lw=0.3,
+                    )
                 )
-            ax.set_title(f"{chip}, {_span_label(span, epochs, epoch_s)}\ncounted, not placed: {held} of {n}", fontsize=7)
+            ax.set_title(
+                f"{chip}, {_span_label(span, epochs, epoch_s)}\ncounted, not placed: {held} of {n}", fontsize=7
+            )
     handles = _class_handles(hatch) if hatch else []
     handles = handles[: MAX_LEGEND - 2] + [
         Patch(facecolor=UNUSED, label="free chip"),
         plt.Line2D([], [], color="black", marker="x", linestyle="", label="failed chip"),
     ]
-    fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=min(len(handles), 8), title="main class",
-               title_fontsize=7)
+    fig.legend(
+        handles=handles, fontsize=7, loc="lower center", ncol=min(len(handles), 8), title="main class", title_fontsize=7
+    )
     fig.suptitle("Occupancy over time: placed pods (z-layers tiled) and counted generations", fontsize=10)
     fig.tight_layout(rect=(0, 0.09 if ncol == 1 else 0.07, 1, 0.95))
     return to_png(fig)

@@ -198,4 +198,6 @@ def test_verbose_prints_the_allocation_table_and_quiet_only_the_status(tmp_path)
     code, verbose = run_plan(["plan", small, "--verbose"])
     assert code == 0 and "rate_rps" in verbose and "n_vpods" in verbose
     code, quiet = run_plan(["plan", small, "--quiet"])
-    assert code == 0 and quiet.splitlines() == ["plan milp (pooled, colocated): optimal, gap 0 % against the solver's bound"]
+    assert code == 0 and quiet.splitlines() == [
+        "plan milp (pooled, colocated): optimal, gap 0 % against the solver's bound"
+    ]
