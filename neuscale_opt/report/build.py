@@ -382,7 +382,8 @@ def build_report(
 
     # -- figures
     images: dict[str, bytes] = {}
-    images["deployment_over_time.png"] = plots.deployment_over_time(alloc, epochs, epoch_s)
+    classes = sorted(str(b) for b in coeffs.buckets["bucket"])
+    images["deployment_over_time.png"] = plots.deployment_over_time(alloc, epochs, epoch_s, classes)
     images["chips_vs_inventory.png"] = plots.chips_vs_inventory(alloc, epochs, inventory, epoch_s)
     images["energy_money_per_epoch.png"] = plots.energy_money_per_epoch(by_epoch, epoch_s, dem)
     figures = [
@@ -408,13 +409,14 @@ def build_report(
     if pods:
         counted = [c for c in gens if c not in {p["chip"] for p in pods}]
         images["pod_maps.png"] = plots.pod_maps(
-            pods, placements, epochs, epoch_s, counted, cpe, inventory, main=plots.main_class(alloc)
+            pods, placements, epochs, epoch_s, counted, cpe, inventory, main=plots.main_class(alloc), classes=classes
         )
         figures.append(
             (
                 "pod_maps.png",
-                "Where the vPods sit: each placed pod over the epochs (x = failed chip); "
-                "generations given as a chip count are drawn as counts",
+                "Where the vPods sit: each placed pod in each run of epochs with the same occupancy "
+                "(at most six per pod, evenly thinned; x = failed chip); generations given as a chip "
+                "count are drawn as counts",
             )
         )
 

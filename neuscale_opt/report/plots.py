@@ -70,9 +70,9 @@ def _gen_handles(chips) -> list[Patch]:
     return [Patch(facecolor=colour(c), label=c) for c in sorted(chips)][:MAX_LEGEND]
 
 
-def _clock_axis(ax, n: int, epoch_s: float, label: str = "time from start (h:mm)") -> None:
-    """Epoch positions 0 .. n-1 labelled with their start in clock time (at most ~12 labels)."""
-    step = max(1, math.ceil(n / 12))
+def _clock_axis(ax, n: int, epoch_s: float, label: str = "time from start (h:mm)", max_labels: int = 12) -> None:
+    """Epoch positions 0 .. n-1 labelled with their start in clock time (at most ``max_labels``)."""
+    step = max(1, math.ceil(n / max_labels))
     ticks = list(range(0, n, step))
     ax.set_xticks(ticks)
     ax.set_xticklabels([clock(i * epoch_s) for i in ticks], fontsize=8)
@@ -104,7 +104,9 @@ def _groups(alloc: pd.DataFrame) -> pd.DataFrame:
     )[cols]
 
 
-def deployment_over_time(alloc: pd.DataFrame, epochs: list[int], epoch_s: float) -> bytes:
+def deployment_over_time(
+    alloc: pd.DataFrame, epochs: list[int], epoch_s: float, classes: list[str] | None = None
+) -> bytes:
     """Stacked bars of chips held per epoch: colour = generation, pattern = the class that carries
     most of each vPod group's traffic."""
     fig, ax = plt.subplots(figsize=(10, 4.2))
@@ -113,7 +115,8 @@ def deployment_over_time(alloc: pd.DataFrame, epochs: list[int], epoch_s: float)
     if g.empty:
         ax.text(0.5, 0.5, "no vPods", ha="center", va="center", transform=ax.transAxes)
     else:
-        hatch = class_hatches(g["bucket"])
+        hatch = class_hatches(classes or g["bucket"])
+        drawn = set(g["bucket"])
         piv = g.pivot_table(index="epoch", columns=["chip", "bucket"], values="chips", aggfunc="sum", fill_value=0)
         piv = piv.reindex(epochs, fill_value=0)
         bottom = np.zeros(len(epochs))
@@ -132,7 +135,7 @@ def deployment_over_time(alloc: pd.DataFrame, epochs: list[int], epoch_s: float)
         )
         ax.add_artist(leg1)
         ax.legend(
-            handles=_class_handles(hatch),
+            handles=_class_handles({c: h for c, h in hatch.items() if c in drawn}),
             title="main class",
             fontsize=8,
             title_fontsize=8,
@@ -163,7 +166,7 @@ def chips_vs_inventory(alloc: pd.DataFrame, epochs: list[int], inventory: dict[s
         ax.set_ylim(0, top * 1.25 + 1)
         ax.legend(fontsize=7, loc="upper left")
         ax.set_title(chip, fontsize=9)
-        _clock_axis(ax, len(epochs), epoch_s)
+        _clock_axis(ax, len(epochs), epoch_s, max_labels=6)
     axes[0][0].set_ylabel("chips")
     fig.suptitle("Chips held per generation against the healthy inventory", fontsize=10)
     fig.tight_layout()
@@ -232,7 +235,13 @@ def pareto_candidates(table: pd.DataFrame, chosen: set[str], phase: str = "coloc
         ax.set_title(f"class {b}", fontsize=9)
         ax.set_xlabel("latency (s)", fontsize=8)
         ax.set_ylabel("energy per request (J)", fontsize=8)
-        ax.legend(fontsize=6, loc="upper right", markerscale=1.5)
+        hs = [
+            plt.Line2D([], [], color=colour(c), marker="o", linestyle="", markersize=5, label=c)
+            for c in sorted(tb["chip"].unique())
+        ][: MAX_LEGEND - 1]
+        if not ch.empty:
+            hs.append(plt.Line2D([], [], color="black", marker="*", linestyle="", markersize=9, label="chosen"))
+        ax.legend(handles=hs, fontsize=6, loc="upper right")
     for ax in list(axes.flat)[len(buckets) :]:
         ax.axis("off")
     fig.suptitle(f"Candidates ({phase}): latency vs energy per request; rings = Pareto front", fontsize=10)
@@ -329,6 +338,7 @@ def pod_maps(
     chips_held: pd.DataFrame,
     inventory: dict[str, float],
     main: dict[tuple[int, str], str] | None = None,
+    classes: list[str] | None = None,
     max_columns: int = 6,
 ) -> bytes:
     """Small multiples: one row per placed pod, one column per epoch where its occupancy changes
@@ -355,8 +365,8 @@ def pod_maps(
     else:
         fig, grid = plt.subplots(rows_n, ncol, figsize=(max(2.3 * ncol, 7.0), 2.3 * rows_n + 0.8), squeeze=False)
         axes = [list(row) for row in grid]
-    classes = {klass(s.epoch, s) for s in pl.itertuples()} if not pl.empty else set()
-    hatch = class_hatches(classes)
+    drawn = {klass(s.epoch, s) for s in pl.itertuples()} if not pl.empty else set()
+    hatch = class_hatches(classes or drawn)
     for r, pod in enumerate(pods):
         dims = tuple(pod["dims"])
         lr, lc, x, y = _layer_grid(dims)
@@ -438,7 +448,7 @@ def pod_maps(
             ax.set_title(
                 f"{chip}, {_span_label(span, epochs, epoch_s)}\ncounted, not placed: {held} of {n}", fontsize=7
             )
-    handles = _class_handles(hatch) if hatch else []
+    handles = _class_handles({c: h for c, h in hatch.items() if c in drawn}) if drawn else []
     handles = handles[: MAX_LEGEND - 2] + [
         Patch(facecolor=UNUSED, label="free chip"),
         plt.Line2D([], [], color="black", marker="x", linestyle="", label="failed chip"),
