@@ -819,7 +819,13 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
     scale, shown = (1 / 3.6e6, "kWh") if unit == "J" else (1.0, unit)
     if "bound" in meta and bound is not None and math.isfinite(float(bound)):
         text.append(
-            f"Status `{plan['status']}`: every window was solved, but a rolling plan is not proven optimal for "
+            f"Status `{plan['status']}`: "
+            + (
+                "every window was solved to optimality, but "
+                if set(statuses) <= {"optimal"}
+                else "some windows stopped at the time limit (their best incumbent was committed), and "
+            )
+            + "a rolling plan is not proven optimal for "
             f"the horizon. Objective {fmt(float(obj) * scale)} {shown}; **decoupled bound** "
             f"{fmt(float(bound) * scale)} {shown} = {meta['bound']}, which ignores the coupling rules, the "
             "creation delay and reconfiguration; the gap "
