@@ -6,7 +6,9 @@
 
 With ``--out DIR`` it also runs the baselines (greedy, homogeneous, unlimited; the auto-scalers and
 the oracle for a schedule) and writes the capacity-planning report there (``report.md``,
-``report.html``, ``plan.json``, ``timing.json``, CSVs, figures). Which planner runs is decided by
+``report.html``, ``plan.json``, ``replays.json``, ``timing.json``, CSVs, figures; see
+``docs/report.md``). The terminal gets a short summary ending with the path of ``report.html``;
+``--verbose`` adds the allocation table, ``--quiet`` prints the status line only. Which planner runs is decided by
 :func:`neuscale_opt.planning.uses_schedule`; every output path is checked before any work.
 
 INSTANCE is an instance TOML (roofline coefficients), a profile instance TOML (a ``[profile]``
