@@ -68,5 +68,6 @@ def test_reports_of_horizon_plans_evaluate_them_as_schedules(tmp_path):
     out = tmp_path / "rep"
     assert main(["plan", str(INSTANCES / "azure-conv.toml"), "--window", "3", "--out", str(out), "--quiet"]) == 0
     text = (out / "report.md").read_text()
-    assert "Independent evaluation: feasible" in text
+    assert "Independent evaluation (constraints re-checked, energy and money accounted" in text
+    assert "on the planned demand): feasible." in text
     assert json.loads((out / "plan.json").read_text())["epochs"][3]["forecast_rps"]

@@ -2,11 +2,13 @@
 
 ``neuscale-opt plan [INSTANCE] [--method M] [--independent] [--objective energy|cost|carbon]
 [--time-limit S] [--time-limit-scope per-solve|per-window|total] [--mip-gap G] [--threads N]
-[--solver-log] [--save-lp PATH] [--save-mps PATH] [--json PATH|-] [--out DIR] [--quiet]``
+[--solver-log] [--save-lp PATH] [--save-mps PATH] [--json PATH|-] [--out DIR] [--quiet] [--verbose]``
 
 With ``--out DIR`` it also runs the baselines (greedy, homogeneous, unlimited; the auto-scalers and
 the oracle for a schedule) and writes the capacity-planning report there (``report.md``,
-``report.html``, ``plan.json``, ``timing.json``, CSVs, figures). Which planner runs is decided by
+``report.html``, ``plan.json``, ``replays.json``, ``timing.json``, CSVs, figures; see
+``docs/report.md``). The terminal gets a short summary ending with the path of ``report.html``;
+``--verbose`` adds the allocation table, ``--quiet`` prints the status line only. Which planner runs is decided by
 :func:`neuscale_opt.planning.uses_schedule`; every output path is checked before any work.
 
 INSTANCE is an instance TOML (roofline coefficients), a profile instance TOML (a ``[profile]``
@@ -19,6 +21,7 @@ plan.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import TYPE_CHECKING
 
@@ -70,7 +73,10 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help="write the plan as JSON to PATH ('-' = stdout)")
     p.add_argument("--out", default=None, metavar="DIR", help="write the report (Markdown, HTML, JSON, CSV) to DIR")
     p.add_argument("--no-baselines", action="store_true", help="with --out: do not run the baselines")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bar; print only the status line and the report path"
+    )
+    p.add_argument("--verbose", action="store_true", help="also print the allocation table")
     add_objective_flags(p)
     p.set_defaults(func=cmd_plan)
 
@@ -242,15 +248,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     prov = plan_provenance(args, inst, options)
     if "sizing_window" in coeffs.meta:  # provision_for = "burst": the window chosen and why
         prov["sizing_window"] = coeffs.meta["sizing_window"]
+    report = plan_report(args, inst, coeffs, options, sol, prov) if args.out is not None and sol.has_plan else None
     if args.json != "-":
-        sys.stdout.write(summary(sol, coeffs, inst))
+        replayed = None
+        if report is not None and "replays.json" in report.files:
+            replayed = json.loads(report.files["replays.json"]).get(sol.method)
+        sys.stdout.write(
+            summary(sol, coeffs, inst, verbose=getattr(args, "verbose", False), quiet=args.quiet, replayed=replayed)
+        )
         sys.stdout.write(melange_comparison(args.instance, args.slice_factor))
     with Outputs() as out:
         out.add(plan_json(sol, prov, timing=True), args.json, "--json")
-        if args.out is not None and sol.has_plan:
-            out.add_folder(plan_report(args, inst, coeffs, options, sol, prov).files, args.out, "--out")
-    if args.out is not None and sol.has_plan and args.json != "-":
-        sys.stdout.write(f"report: {args.out}\n")
+        if report is not None:
+            out.add_folder(report.files, args.out, "--out")
+    if report is not None and args.json != "-":
+        from pathlib import Path
+
+        sys.stdout.write(f"report: {Path(args.out) / 'report.html'}\n")
     if sol.status == "infeasible":
         print(f"neuscale-opt: infeasible: {sol.diagnosis}", file=sys.stderr)
         return EXIT_INFEASIBLE
@@ -376,6 +390,7 @@ def plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: P
 
         cset = candidates(inst)
     replays = {}
+    detail: dict = {}
     notes: list[str] = []
     if cset is not None and inst.workload.trace is not None:
         from neuscale_opt.candidates import instance_trace
@@ -386,7 +401,10 @@ def plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: P
         todo = [(sol.method, sol)] + [(n, b) for n, (b, _) in baselines.items() if n != "unlimited" and b.has_plan]
         with progress_bar(total=len(todo), desc="replay", quiet=args.quiet) as bar:
             for name, s in todo:
-                replays[name] = replay(s.to_dict(timing=False), inst, trace, coeffs=coeffs).totals
+                res = replay(s.to_dict(timing=False), inst, trace, coeffs=coeffs)
+                replays[name] = res.totals
+                if name == sol.method:
+                    detail = {"by_bucket": res.by_bucket, "by_epoch": res.by_epoch}
                 bar.update(1)
     pods = None if coeffs.pods is None else coeffs.pods.to_dict("records")
     placements = getattr(sol, "placements", None)
@@ -402,6 +420,7 @@ def plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: P
         replays=replays or None,
         provenance=prov,
         notes=notes,
+        replay_detail=detail or None,
     )
 
 
@@ -420,25 +439,44 @@ def planned_part(trace, coeffs: Coefficients):
     )
 
 
-def summary(sol: Solution, coeffs: Coefficients, inst=None) -> str:
-    """A short human-readable report of a plan."""
-    lines = [f"method {sol.method} ({sol.options.variant}, {sol.options.serving}): {sol.status}"]
-    if not sol.has_plan:
+def summary(
+    sol: Solution,
+    coeffs: Coefficients,
+    inst=None,
+    verbose: bool = False,
+    quiet: bool = False,
+    replayed: dict | None = None,
+) -> str:
+    """The terminal summary of a plan: status (and what was solved), objective, cost per hour,
+    chips per generation, placement and, with a report, the replayed SLO attainment; the
+    allocation table only when ``verbose``; ``quiet``: the status line alone."""
+    from neuscale_opt.report.fmt import fmt, kwh, pct
+
+    solved = ""
+    meta = getattr(sol, "meta", {}) or {}
+    if "window" in meta and "forecast" in meta:
+        solved = f"; rolling {meta['window']}-epoch window on {meta['forecast']} forecasts"
+    gap = ""
+    if sol.has_plan and sol.gap == sol.gap:  # not NaN
+        gap = f", gap {pct(sol.gap)} against the " + ("decoupled bound" if "bound" in meta else "solver's bound")
+    lines = [f"plan {sol.method} ({sol.options.variant}, {sol.options.serving}): {sol.status}{solved}{gap}"]
+    if not sol.has_plan or quiet:
         return "\n".join(lines) + "\n"
-    unit = {"energy": "J", "cost": "USD", "carbon": "kgCO2e"}[sol.objective]
-    lines.append(
-        f"objective {sol.objective} = {sol.objective_value:.6g} {unit}; bound {sol.bound:.6g}; "
-        f"gap {sol.gap:.3g}; {sol.solve_seconds:.3f} s"
-    )
     t = sol.totals
+    hours = len(coeffs.epochs) * float(coeffs.epoch_s) / 3600.0
+    unit = {"energy": "kWh", "cost": "USD", "carbon": "kgCO2e"}[sol.objective]
+    value = kwh(sol.objective_value) if sol.objective == "energy" else sol.objective_value
     lines.append(
-        f"energy {t['energy_j']:.6g} J, cost {t['cost_usd']:.6g} USD, carbon {t['carbon_kg']:.6g} kg, "
-        f"unserved {t['unserved_rps']:.4g} req/s"
+        f"objective {sol.objective} {fmt(value)} {unit}; cost {fmt(t['cost_usd'] / hours)} USD/h "
+        f"({fmt(t['cost_usd'])} USD over {fmt(hours)} h); accounted energy {fmt(kwh(t['energy_j']))} kWh; "
+        f"carbon {fmt(t['carbon_kg'])} kgCO2e; unserved {fmt(t['unserved_rps'])} req/s; "
+        f"solved in {sol.solve_seconds:.1f} s"
     )
-    lines.append("chips by generation: " + ", ".join(f"{c} {n}" for c, n in t["chips_by_version"].items()))
-    cols = ["epoch", "bucket", "phase", "chip", "shape", "chips_per_vpod", "n_vpods", "rate_rps"]
-    if len(sol.allocations):
-        lines.append(sol.allocations[cols].to_string(index=False))
+    inv = coeffs.inventory()
+    lines.append(
+        "chips by generation (peak of healthy): "
+        + ", ".join(f"{c} {int(t['chips_by_version'].get(c, 0))} of {fmt(inv[c])}" for c in sorted(inv))
+    )
     from neuscale_opt.planning import evaluate_any
 
     ev = evaluate_any(sol, coeffs, inst)
@@ -446,9 +484,19 @@ def summary(sol: Solution, coeffs: Coefficients, inst=None) -> str:
     line = f"placement: {ev.totals.get('placement', 'not applicable')}, {placed} vPods placed"
     if getattr(ev, "unplaced", ()):
         line += f"; not placed: {', '.join(ev.unplaced)}"
-    lines.insert(4, line)
+    lines.append(line)
+    if replayed is not None:
+        lines.append(
+            f"replayed: SLO attainment {pct(replayed.get('slo_attainment'))} of {fmt(replayed.get('requests'))} "
+            f"requests, {fmt(replayed.get('goodput_tokens_per_joule'))} goodput tokens/J"
+        )
     if not ev.feasible:
         lines.append("evaluation: " + "; ".join(ev.violations))
+    cols = ["epoch", "bucket", "phase", "chip", "shape", "chips_per_vpod", "n_vpods", "rate_rps"]
+    if verbose and len(sol.allocations):
+        lines.append(sol.allocations[cols].to_string(index=False))
+    elif len(sol.allocations):
+        lines.append(f"{len(sol.allocations)} allocation rows (--verbose prints them)")
     return "\n".join(lines) + "\n"
 
 

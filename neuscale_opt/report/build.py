@@ -1,12 +1,16 @@
-"""Capacity-planning report: ``report.md``, a self-contained ``report.html``, ``plan.json`` and tidy CSVs.
+"""Capacity-planning report: ``report.md``, a self-contained ``report.html``, ``plan.json``,
+``replays.json`` and tidy CSVs.
 
 :func:`build_report` turns a plan (any method's :class:`~neuscale_opt.alloc.solution.Solution`),
-its independent evaluation, the baselines that were run and the candidate set into a
-:class:`Report` (file name -> bytes, nothing written yet); the command writes them all into a
+its independent evaluation, the baselines that were run, their replays and the candidate set into
+a :class:`Report` (file name -> bytes, nothing written yet); the command writes them all into a
 directory or nothing (:meth:`neuscale_opt.io.Outputs.add_folder`).
 
-The Markdown and the HTML are rendered from the same list of sections, so their tables carry the
-same numbers as ``plan.json`` (numbers are printed with 10 significant digits, as in the JSON).
+The report opens with the decision (what to deploy, what it costs, how it compares with the
+alternatives at their replayed SLO attainment, what is unused and what could go wrong), each claim
+linking to the table or figure behind it. Numbers are rounded for people (:mod:`.fmt`); the exact
+values are in ``plan.json`` and ``replays.json``, from which every number of the report is derived.
+The Markdown and the HTML are rendered from the same list of sections.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +27,7 @@ import pandas as pd
 from neuscale_opt.catalog import energy_spec, get_chip
 from neuscale_opt.io import frame_to_csv_text, to_json
 from neuscale_opt.report import plots
+from neuscale_opt.report.fmt import clock, fmt, kwh, pct
 from neuscale_opt.roofline import chip_rooflines
 
 BOUND_WHY = {
@@ -30,9 +36,16 @@ BOUND_WHY = {
     "ici": "ICI-bound: tensor-parallel all-reduces over the slice's links dominate (wide TP, short steps)",
 }
 
+#: objective -> (key of the totals, per-request column of the candidates, unit)
+OBJECTIVE_KEYS = {
+    "energy": ("energy_j", "energy_j_per_req", "J"),
+    "cost": ("cost_usd", "cost_usd_per_req", "USD"),
+    "carbon": ("carbon_kg", None, "kgCO2e"),
+}
+
 
 def num(x: Any) -> str:
-    """A number as the report prints it: 10 significant digits (the JSON's precision)."""
+    """A number at the JSON's precision (10 significant digits); the bench table's format."""
     if x is None:
         return ""
     if isinstance(x, bool):
@@ -54,6 +67,7 @@ def num(x: Any) -> str:
 class Table:
     columns: list[str]
     rows: list[list[Any]]
+    anchor: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,8 @@ class Section:
     text: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     images: list[tuple[str, str]] = field(default_factory=list)  # (file name, caption)
+    anchor: str | None = None
+    after: list[str] = field(default_factory=list)  # paragraphs after the tables
 
 
 @dataclass(frozen=True)
@@ -69,37 +85,68 @@ class Report:
     files: dict[str, bytes]
 
 
+def fig_anchor(name: str) -> str:
+    return "fig-" + name.rsplit(".", 1)[0].replace("_", "-")
+
+
+# -- rendering: paragraphs use **bold**, `code` and [label](#anchor) -----------------------------
+
+
 def _md_table(t: Table) -> str:
     head = "| " + " | ".join(t.columns) + " |"
     sep = "|" + "|".join("---" for _ in t.columns) + "|"
-    body = ["| " + " | ".join(num(v) for v in r) + " |" for r in t.rows]
-    return "\n".join([head, sep, *body])
+    body = ["| " + " | ".join(fmt(v) for v in r) + " |" for r in t.rows]
+    lines = [head, sep, *body]
+    if t.anchor:
+        lines = [f'<a id="{t.anchor}"></a>', "", *lines]
+    return "\n".join(lines)
+
+
+_LINK = re.compile(r"\[([^\]]+)\]\((#[A-Za-z0-9_-]+|[A-Za-z0-9_./-]+)\)")
+_BOLD = re.compile(r"\*\*([^*]+)\*\*")
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def inline_html(text: str) -> str:
+    out = html.escape(text, quote=False)
+    out = _CODE.sub(r"<code>\1</code>", out)
+    out = _BOLD.sub(r"<strong>\1</strong>", out)
+    return _LINK.sub(r'<a href="\2">\1</a>', out)
 
 
 def _html_table(t: Table) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in t.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(num(v))}</td>" for v in r) + "</tr>" for r in t.rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(v))}</td>" for v in r) + "</tr>" for r in t.rows)
+    ident = f' id="{t.anchor}"' if t.anchor else ""
+    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def render_markdown(title: str, sections: list[Section]) -> str:
     out = [f"# {title}", ""]
     for s in sections:
+        if s.anchor:
+            out += [f'<a id="{s.anchor}"></a>', ""]
         out += [f"## {s.title}", ""]
         for p in s.text:
             out += [p, ""]
         for t in s.tables:
             out += [_md_table(t), ""]
+        for p in s.after:
+            out += [p, ""]
         for name, cap in s.images:
-            out += [f"![{cap}](figures/{name})", ""]
+            out += [f'<a id="{fig_anchor(name)}"></a>', "", f"![{cap}](figures/{name})", ""]
     return "\n".join(out)
 
 
 CSS = (
-    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-    "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
+    "body{font-family:sans-serif;max-width:1150px;margin:1.5em auto;color:#222;line-height:1.4}"
+    "h1{font-size:1.6em;margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}"
+    "table{border-collapse:collapse;margin:.8em 0;font-size:13px}"
     "td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f3f3f3}"
+    "td:first-child,th:first-child{text-align:left}"
     "img{max-width:100%;border:1px solid #eee}figcaption{font-size:12px;color:#555}"
+    "#decision{background:#f7faff;border:1px solid #c9d8ef;padding:.2em 1em;border-radius:6px}"
+    "#decision h2{border:none;margin-top:.4em}code{background:#f3f3f3;padding:0 3px}"
 )
 
 
@@ -111,21 +158,172 @@ def render_html(title: str, sections: list[Section], images: dict[str, bytes]) -
         f"<h1>{html.escape(title)}</h1>",
     ]
     for s in sections:
-        out.append(f"<h2>{html.escape(s.title)}</h2>")
-        out += [f"<p>{html.escape(p)}</p>" for p in s.text]
+        if s.anchor == "decision":
+            out.append('<section id="decision">')
+            out.append(f"<h2>{html.escape(s.title)}</h2>")
+        else:
+            ident = f' id="{s.anchor}"' if s.anchor else ""
+            out.append(f"<h2{ident}>{html.escape(s.title)}</h2>")
+        out += [f"<p>{inline_html(p)}</p>" for p in s.text]
         out += [_html_table(t) for t in s.tables]
+        out += [f"<p>{inline_html(p)}</p>" for p in s.after]
         for name, cap in s.images:
             b64 = base64.b64encode(images[name]).decode("ascii")
             out.append(
-                f'<figure><img alt="{html.escape(cap)}" src="data:image/png;base64,{b64}">'
+                f'<figure id="{fig_anchor(name)}"><img alt="{html.escape(cap)}" src="data:image/png;base64,{b64}">'
                 f"<figcaption>{html.escape(cap)}</figcaption></figure>"
             )
+        if s.anchor == "decision":
+            out.append("</section>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
 
 def _obj_key(objective: str) -> str:
-    return {"energy": "energy_j", "cost": "cost_usd", "carbon": "carbon_kg"}[objective]
+    return OBJECTIVE_KEYS[objective][0]
+
+
+# -- the plan's numbers ---------------------------------------------------------------------------
+
+
+def groups_of(alloc: pd.DataFrame) -> pd.DataFrame:
+    """One row per (epoch, vPod group): chip, shape, chips per vPod, vPods and chips held."""
+    cols = ["epoch", "vpod_group", "chip", "shape", "chips_per_vpod", "n_vpods", "chips"]
+    if alloc.empty:
+        return pd.DataFrame(columns=cols)
+    g = alloc.drop_duplicates(["epoch", "vpod_group"])[cols[:-1]]
+    return g.assign(chips=g["chips_per_vpod"] * g["n_vpods"])
+
+
+def deployment(alloc: pd.DataFrame, epochs: list[int]) -> pd.DataFrame:
+    """vPods per (generation, slice shape) per epoch (columns = epochs), with the chips per slice."""
+    g = groups_of(alloc)
+    if g.empty:
+        return pd.DataFrame(columns=["chip", "shape", "chips_per_vpod", *epochs])
+    piv = g.pivot_table(
+        index=["chip", "shape", "chips_per_vpod"], columns="epoch", values="n_vpods", aggfunc="sum", fill_value=0
+    )
+    piv = piv.reindex(columns=epochs, fill_value=0).astype(int)
+    return piv.reset_index().sort_values(["chip", "chips_per_vpod", "shape"], kind="mergesort")
+
+
+def chips_per_epoch(alloc: pd.DataFrame, epochs: list[int], chips: list[str]) -> pd.DataFrame:
+    """Chips held per generation (columns) per epoch (rows)."""
+    g = groups_of(alloc)
+    if g.empty:
+        return pd.DataFrame(0, index=epochs, columns=chips)
+    t = g.pivot_table(index="epoch", columns="chip", values="chips", aggfunc="sum", fill_value=0)
+    return t.reindex(index=epochs, columns=chips, fill_value=0).astype(int)
+
+
+def demand_per_epoch(coeffs, plan: dict) -> pd.DataFrame:
+    """Demand per epoch (req/s, summed over classes): ``planned`` is what the plan was sized for
+    (the forecast of a rolling plan, else the provisioned rate), ``actual`` the provisioned rate of
+    the trace (``workload.provision_for``), ``mean`` its mean rate when known."""
+    d = coeffs.demand
+    actual = d.groupby("epoch")["rate_rps"].sum()
+    mean = d.groupby("epoch")["mean_rps"].sum() if "mean_rps" in d.columns else None
+    fc = {
+        int(e["epoch"]): float(sum(e["forecast_rps"].values()))
+        for e in plan.get("epochs") or []
+        if isinstance(e, dict) and "forecast_rps" in e
+    }
+    rows = []
+    for t in coeffs.epochs:
+        a = float(actual.get(t, 0.0))
+        rows.append(
+            {
+                "epoch": t,
+                "planned": fc.get(t, a),
+                "actual": a,
+                "mean": float(mean.get(t, 0.0)) if mean is not None else math.nan,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def forecast_errors(plan: dict) -> pd.DataFrame:
+    """Per (epoch, class) of a rolling plan: forecast and actual rate (req/s) and the shortfall."""
+    rows = []
+    for e in plan.get("epochs") or []:
+        if not (isinstance(e, dict) and "forecast_rps" in e and "actual_rps" in e):
+            continue
+        for b, f in sorted(e["forecast_rps"].items()):
+            a = float(e["actual_rps"].get(b, 0.0))
+            rows.append({"epoch": int(e["epoch"]), "bucket": b, "forecast": float(f), "actual": a})
+    df = pd.DataFrame(rows, columns=["epoch", "bucket", "forecast", "actual"])
+    return df.assign(short=(df["actual"] - df["forecast"]).clip(lower=0.0))
+
+
+def _chip_hours(alloc: pd.DataFrame, coeffs) -> dict[str, float]:
+    if alloc.empty:
+        return {}
+    g = alloc.drop_duplicates(["epoch", "vpod_group"])
+    hours = g["chips_per_vpod"] * g["n_vpods"] * coeffs.epoch_s / 3600.0
+    return {str(k): float(v) for k, v in hours.groupby(g["chip"]).sum().items()}
+
+
+def chip_equivalents(inst) -> dict[str, dict[str, float]]:
+    """Nominal and deliverable chip-equivalents per generation (the instance's own rule, the one
+    ``validate --json`` prints); empty for inputs without a fleet (profile or Mélange instances)."""
+    try:
+        return inst.normalised()["derived"]["chip_equivalents"]
+    except AttributeError:
+        return {}
+
+
+def calibration_origins(inst) -> dict[str, str]:
+    """Per generation: where its roofline parameters come from (``fit``, ``family prior (tpu)``,
+    ``none``) under the instance's calibration profile."""
+    from neuscale_opt.calibrate import chip_calibration
+
+    search = getattr(inst, "search", None)
+    if search is None or not hasattr(inst, "fleet"):
+        return {}
+    out = {}
+    for f in inst.fleet:
+        note = chip_calibration(search.calibration, get_chip(f.chip), str(inst.base_dir)).note
+        out[f.chip] = note.split(": ", 1)[1] if ": " in note else note
+    return out
+
+
+def unused_reason(chip: str, used: int, cset, alloc: pd.DataFrame, objective: str, phase: str) -> str:
+    """Why a generation's healthy chips sit unused at the plan's peak."""
+    if used > 0:
+        return "partly used: the plan needs no more of it at its peak"
+    if cset is None:
+        return "not chosen by the planner"
+    t = cset.table
+    t = t[t["phase"] == phase]
+    mine = t[(t["chip"] == chip) & t["feasible"]]
+    if mine.empty:
+        return "no configuration of it meets the SLO with the model in memory"
+    col = OBJECTIVE_KEYS[objective][1] or "energy_j_per_req"
+    what = {"energy_j_per_req": "energy", "cost_usd_per_req": "cost"}[col]
+    if alloc.empty:
+        return "not needed"
+    rate = alloc.groupby("bucket")["rate_rps"].sum().sort_values(ascending=False, kind="mergesort")
+    chosen = set(alloc["config_id"])
+    for b in rate.index:
+        here = t[(t["bucket"] == b) & t["feasible"]]
+        own = here[here["chip"] == chip]
+        planned = here[here["config_id"].isin(chosen)]
+        if own.empty or planned.empty:
+            continue
+        ratio = float(own[col].min()) / float(planned[col].min())
+        if ratio > 1:
+            return (
+                f"its best configuration for {b} (the busiest class it can serve) needs {fmt(ratio)} x "
+                f"the {what} per request of the plan's"
+            )
+        return (
+            f"as efficient per request for {b} as the plan's choice ({fmt(ratio)} x its {what}), "
+            "but not needed: the chosen generations cover the demand within the coupling and placement rules"
+        )
+    return "it serves none of the planned classes within the SLO"
+
+
+# -- the report ---------------------------------------------------------------------------------
 
 
 def build_report(
@@ -140,11 +338,13 @@ def build_report(
     replays: dict[str, dict] | None = None,
     provenance: dict[str, Any] | None = None,
     notes: list[str] | None = None,
+    replay_detail: dict[str, pd.DataFrame] | None = None,
 ) -> Report:
     """Every file of the report, in memory. ``baselines``: name -> (Solution, Evaluation).
 
-    ``replays``: method -> replay totals (``slo_attainment``, ``tokens_per_joule``, ...) of the
-    plans that were replayed against the instance's trace.
+    ``replays``: method -> replay totals (``slo_attainment``, ``goodput_tokens_out``, ...) of the
+    plans replayed against the instance's trace; written as ``replays.json``.
+    ``replay_detail``: the plan's replay tables ``by_bucket`` and ``by_epoch`` (where SLO misses are).
 
     ``pods``: for the occupancy maps, dicts with ``pod``, ``chip``, ``dims``, ``failed``.
 
@@ -152,27 +352,46 @@ def build_report(
     ``timing.json``, which holds the solve times (:func:`timing`).
     """
     baselines = baselines or {}
-    name = str(getattr(inst, "name", "instance"))
+    rp = replays or {}
+    detail = replay_detail or {}
+    inst_name = str(getattr(inst, "name", "instance"))
     plan = solution.to_dict(timing=False)
     if provenance is not None:
         plan["provenance"] = provenance
     alloc = solution.allocations
-    epochs = coeffs.epochs
+    epochs = list(coeffs.epochs)
+    epoch_s = float(coeffs.epoch_s)
+    hours = len(epochs) * epoch_s / 3600.0
     inventory = coeffs.inventory()
+    gens = sorted(inventory)
     totals = plan["totals"]
     by_epoch = evaluation.by_epoch.copy()
-
-    images: dict[str, bytes] = {}
-    images["vpods_over_epochs.png"] = plots.vpods_over_epochs(alloc, epochs)
-    images["chips_vs_inventory.png"] = plots.chips_vs_inventory(alloc, epochs, inventory)
-    images["energy_money_per_epoch.png"] = plots.energy_money_per_epoch(by_epoch)
-    chosen = set(alloc["config_id"]) if not alloc.empty else set()
+    key, _, unit = OBJECTIVE_KEYS[plan["objective"]]
     phase = "colocated" if solution.options.serving == "colocated" else "decode"
+    meta = dict(getattr(solution, "meta", {}) or {})
+    rolling = "window" in meta and "forecast" in meta
+    ce = chip_equivalents(inst)
+    origin = calibration_origins(inst)
+    healthy = {c: int(ce[c]["nominal"]) if c in ce else inventory[c] for c in gens}
+    peak = {c: int(totals.get("chips_by_version", {}).get(c, 0)) for c in gens}
+    dep = deployment(alloc, epochs)
+    cpe = chips_per_epoch(alloc, epochs, gens)
+    dem = demand_per_epoch(coeffs, plan)
+    target = float(getattr(solution.options, "attainment", math.nan))
+    mine = rp.get(plan["method"])
+
+    # -- figures
+    images: dict[str, bytes] = {}
+    classes = sorted(str(b) for b in coeffs.buckets["bucket"])
+    images["deployment_over_time.png"] = plots.deployment_over_time(alloc, epochs, epoch_s, classes)
+    images["chips_vs_inventory.png"] = plots.chips_vs_inventory(alloc, epochs, inventory, epoch_s)
+    images["energy_money_per_epoch.png"] = plots.energy_money_per_epoch(by_epoch, epoch_s, dem)
     figures = [
-        ("vpods_over_epochs.png", "vPods per group over epochs (stacked)"),
-        ("chips_vs_inventory.png", "Chips held per generation against the healthy inventory"),
-        ("energy_money_per_epoch.png", "Energy and money per epoch"),
+        ("deployment_over_time.png", "vPods held per generation (colour) and class (pattern) over the horizon"),
+        ("chips_vs_inventory.png", "Chips held per generation against the healthy inventory (dashed)"),
+        ("energy_money_per_epoch.png", "Energy (kWh), money (USD/h) and demand (req/s) per epoch"),
     ]
+    chosen = set(alloc["config_id"]) if not alloc.empty else set()
     if cset is not None:
         images["pareto_candidates.png"] = plots.pareto_candidates(cset.table, chosen, phase=phase)
         roofs = [chip_rooflines(get_chip(c), energy_spec(get_chip(c), inst.energy.profile)) for c in inst.chip_names]
@@ -187,135 +406,195 @@ def build_report(
         ]
     else:
         why = _why_rows(coeffs.configs.assign(flops=math.nan, hbm_bytes=math.nan), alloc)
-    occupancy: list[tuple[str, str]] = []
-    if placements is not None and not placements.empty and pods:
-        first = min(placements["epoch"])
-        for pod in pods:
-            sl = placements[(placements["epoch"] == first) & (placements["pod"] == pod["pod"])]
-            sl = sl.assign(label=sl["shape"].astype(str) + " " + sl.get("bucket", sl["shape"]).astype(str))
-            name = f"pod_{pod['pod'].replace('/', '_')}.png"
-            images[name] = plots.pod_occupancy(
-                tuple(pod["dims"]), list(pod["failed"]), sl, f"{pod['pod']} (epoch {first}), x = failed chip"
+    if pods:
+        counted = [c for c in gens if c not in {p["chip"] for p in pods}]
+        images["pod_maps.png"] = plots.pod_maps(
+            pods, placements, epochs, epoch_s, counted, cpe, inventory, main=plots.main_class(alloc), classes=classes
+        )
+        figures.append(
+            (
+                "pod_maps.png",
+                "Where the vPods sit: each placed pod in each run of epochs with the same occupancy "
+                "(at most six per pod, evenly thinned; x = failed chip); generations given as a chip "
+                "count are drawn as counts",
             )
-            occupancy.append((name, f"Occupancy of {pod['pod']} in epoch {first}"))
+        )
 
-    chip_hours = _chip_hours(alloc, coeffs)
-    sections = [
+    # -- the decision (first screen)
+    cost_h = float(totals.get("cost_usd", math.nan)) / hours if hours else math.nan
+    energy_kwh = kwh(totals.get("energy_j"))
+    carbon = float(totals.get("carbon_kg", math.nan))
+    used_gens = [c for c in gens if peak[c] > 0]
+    deploy_words = "; ".join(
+        f"**{c}** {peak[c]} chips at peak ("
+        + " + ".join(f"{int(r[epochs].max())} x {r['shape']}" for _, r in dep[dep["chip"] == c].iterrows())
+        + " slices at most)"
+        for c in used_gens
+    )
+    glance = [
+        ["chips at peak, all generations", sum(peak.values()), "chips", "plan.json totals.chips_by_version"],
+        *[[f"chips at peak, {c}", peak[c], "chips", "plan.json totals.chips_by_version"] for c in used_gens],
+        ["cost per hour", cost_h, "USD/h", "plan.json totals.cost_usd / horizon"],
+        ["cost per day", cost_h * 24.0, "USD/day", "at the horizon's rate"],
+        ["energy over the horizon", energy_kwh, "kWh", "plan.json totals.energy_j (PUE included)"],
+        ["energy per day", energy_kwh * 24.0 / hours if hours else math.nan, "kWh/day", "at the horizon's rate"],
+        ["carbon over the horizon", carbon, "kgCO2e", "plan.json totals.carbon_kg (operational + embodied)"],
+    ]
+    if mine is not None:
+        glance += [
+            ["replayed SLO attainment", pct(mine.get("slo_attainment")), "of requests", "replays.json"],
+            ["replayed goodput", mine.get("goodput_tokens_out"), "output tokens", "replays.json"],
+            ["replayed goodput per joule", mine.get("goodput_tokens_per_joule"), "tokens/J", "replays.json"],
+        ]
+    decision_text = [
+        f"**Deploy** ({plan['method']}, {solution.options.variant} vPods, {solution.options.serving} serving, "
+        f"{len(epochs)} epoch{'s' if len(epochs) != 1 else ''} of {fmt(epoch_s / 60)} min = {fmt(hours)} h): "
+        + (deploy_words or "nothing")
+        + ". [Deployment per epoch](#deploy), [figure](#fig-deployment-over-time).",
+        f"**Costs** {fmt(cost_h)} USD/h ({fmt(cost_h * 24)} USD/day), {fmt(energy_kwh)} kWh and "
+        f"{fmt(carbon)} kgCO2e over the horizon. [Per epoch](#epochs), [figure](#fig-energy-money-per-epoch).",
+    ]
+    comp_rows, comp_words = _comparison(plan, baselines, rp, key, hours)
+    if comp_words:
+        decision_text.append("**Against the alternatives** " + comp_words + " [Comparison](#compare).")
+    unused_rows = []
+    for c in gens:
+        h = healthy[c]
+        free = (h - peak[c]) if math.isfinite(float(h)) else math.inf
+        reason = "" if free == 0 else unused_reason(c, peak[c], cset, alloc, plan["objective"], phase)
+        unused_rows.append(
+            [
+                c,
+                h,
+                *([ce[c]["nominal"], ce[c]["deliverable"]] if ce else []),
+                peak[c],
+                free,
+                origin.get(c, MISSING_ORIGIN),
+                reason or "fully used at the peak",
+            ]
+        )
+    unused_words = "; ".join(
+        f"{r[0]}: {fmt(r[-3])} of {fmt(r[1])} healthy chips unused ({r[-1]})" for r in unused_rows if r[-3] > 0
+    )
+    if unused_words:
+        decision_text.append("**Unused inventory** at the peak: " + unused_words + ". [Inventory](#inventory).")
+    prior = sorted(c for c, o in origin.items() if "family prior" in o)
+    if prior:
+        decision_text.append(
+            "**Calibration**: the roofline of "
+            + ", ".join(prior)
+            + " uses its family's prior (no measurements of its own), so its latencies and energies are less "
+            "certain than those of the fitted generations. [Inventory](#inventory)."
+        )
+    decision_text.append("**Risks** " + _risks(plan, mine, detail, target, epoch_s, meta, rolling) + ".")
+    decision = Section(
+        f"Decision: {inst_name}",
+        text=decision_text,
+        tables=[Table(["at a glance", "value", "unit", "from"], glance, anchor="glance")],
+        anchor="decision",
+    )
+    if comp_rows:
+        decision.tables.append(comp_rows)
+
+    # -- details
+    sections = [decision]
+    ep_labels = [clock(i * epoch_s) for i in range(len(epochs))]
+    dep_rows = [
+        [
+            r["chip"],
+            r["shape"],
+            int(r["chips_per_vpod"]),
+            *[int(r[t]) for t in epochs],
+            int(r[epochs].max()),
+            int(r[epochs].max()) * int(r["chips_per_vpod"]),
+        ]
+        for _, r in dep.iterrows()
+    ]
+    sections.append(
         Section(
-            "Summary",
+            "What to deploy",
             text=[
-                f"Instance `{name}`: {getattr(inst, 'description', '') or coeffs.meta.get('model', '')}.",
-                (
-                    f"Model {cset.model.name}; SLO: {cset.slo_note}; energy profile {inst.energy.profile}; "
-                    if cset is not None
-                    else f"Coefficients from {coeffs.source}; "
-                )
-                + f"{len(epochs)} epoch(s) of {num(coeffs.epoch_s)} s; variant {solution.options.variant}, "
-                f"{solution.options.serving} serving.",
-                *(f"Note: {n}." for n in (*(cset.notes if cset is not None else ()), *(notes or ()))),
-                "Solve times are in `timing.json` (the one file of the report that differs run to run).",
-                "Independent evaluation: "
-                + ("feasible" if evaluation.feasible else "VIOLATIONS: " + "; ".join(evaluation.violations[:5])),
+                "vPods (slices) per generation and slice shape in each epoch, headed by the epoch's start "
+                "(h:mm from the start of the horizon), with the most any epoch holds. A pooled group's vPods "
+                "serve several classes; the classes each carries are in [Allocations](#allocations)."
             ],
             tables=[
                 Table(
-                    ["method", "objective", "status", "objective_value", "bound", "gap"],
-                    [
-                        [
-                            plan["method"],
-                            plan["objective"],
-                            plan["status"],
-                            plan["objective_value"],
-                            plan["bound"],
-                            plan["gap"],
-                        ]
-                    ],
-                ),
-                Table(
-                    ["energy_j", "cost_usd", "carbon_kg", "unserved_rps"],
-                    [
-                        [
-                            totals.get("energy_j"),
-                            totals.get("cost_usd"),
-                            totals.get("carbon_kg"),
-                            totals.get("unserved_rps"),
-                        ]
-                    ],
-                ),
-                Table(
-                    ["chip", "healthy_chips", "peak_chips_used", "chip_hours"],
-                    [
-                        [c, inventory[c], totals.get("chips_by_version", {}).get(c, 0), chip_hours.get(c, 0.0)]
-                        for c in sorted(inventory)
-                    ],
-                ),
+                    ["generation", "slice", "chips/slice", *ep_labels, "max vPods", "max chips"],
+                    dep_rows,
+                    anchor="deploy-table",
+                )
             ],
+            anchor="deploy",
         )
-    ]
-    if baselines:
-        key = _obj_key(plan["objective"])
-        ref = float(totals.get(key) or math.nan)
-        rp = replays or {}
-
-        def replayed(method: str) -> list[Any]:
-            r = rp.get(method)
-            return [None, None] if r is None else [r.get("slo_attainment"), r.get("tokens_per_joule")]
-
-        rows = [[plan["method"], plan["status"], totals.get(key), 1.0, *replayed(plan["method"])]]
-        for bname, (sol, ev) in baselines.items():
-            val = ev.totals.get(key) if (sol.has_plan and ev is not None) else None
-            ratio = (float(val) / ref) if (val is not None and ref and not math.isnan(ref)) else None
-            rows.append([bname, sol.status, val, ratio, *replayed(bname)])
-        sections.append(
-            Section(
-                "Comparison with baselines",
-                text=[
-                    f"Objective {plan['objective']} ({key}) of each method, accounted by the independent "
-                    f"evaluator, and its ratio to {plan['method']} (above 1 = worse)."
-                    + (
-                        " Replayed against the instance's trace (request by request, 30-s vPod creation "
-                        "delay): SLO attainment and output tokens per joule"
-                        + (
-                            "; the unlimited reference holds more chips than the fleet and is not replayed."
-                            if "unlimited" in baselines
-                            else "."
-                        )
-                        if rp
-                        else ""
-                    )
-                ],
-                tables=[
-                    Table(
-                        ["method", "status", key, "ratio", "replay_slo_attainment", "replay_tokens_per_joule"],
-                        rows,
-                    )
-                ],
-            )
+    )
+    inv_cols = ["generation", "healthy chips"]
+    if ce:
+        inv_cols += ["nominal chip-eq", "deliverable chip-eq"]
+    inv_cols += ["chips at peak", "unused at peak", "roofline calibration", "why"]
+    derated = [c for c in ce if abs(ce[c]["deliverable"] - ce[c]["nominal"]) > 1e-9]
+    sections.append(
+        Section(
+            "Inventory",
+            text=[
+                "Healthy chips per generation, what the plan holds at its peak and why the rest is unused."
+                + (
+                    " Deliverable chip-equivalents = healthy chips x thermal x availability x load of the "
+                    "fleet entry's derate (the planner's inventory; thermal also slows each chip's roofline): "
+                    + ", ".join(f"{c} {fmt(ce[c]['deliverable'])} of {fmt(ce[c]['nominal'])}" for c in derated)
+                    + "."
+                    if derated
+                    else ""
+                )
+                + " Roofline calibration: `fit` = fitted to measurements of that chip, `family prior` = the "
+                "family's prior (no measurements of the chip), `none` = the catalog's pure roofline."
+            ],
+            tables=[Table(inv_cols, unused_rows, anchor="inventory-table")],
+            anchor="inventory",
         )
+    )
+    sections.append(_solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluation, mine))
+    sections.append(_epoch_section(plan, by_epoch, dem, cpe, gens, epoch_s, detail, rolling))
+    if rp:
+        sections.append(_replay_section(detail, target))
+    n_zero = int((alloc["rate_rps"] <= 1e-12).sum()) if not alloc.empty else 0
     sections.append(
         Section(
             "Allocations",
-            text=["vPods per (epoch, class, configuration) with the rate each serves (req/s)."],
+            text=[
+                "vPods per (epoch, class, configuration) with the rate each serves (req/s)."
+                + (
+                    f" {n_zero} row(s) serve 0 req/s: vPods the plan holds in an epoch without traffic for "
+                    "that configuration (in a pooled group the group's vPods are listed under each of its "
+                    "configurations; in a horizon plan the scale-down rule keeps vPods until the shrink "
+                    "delay has passed)."
+                    if n_zero
+                    else ""
+                )
+            ],
             tables=[
                 Table(
-                    ["epoch", "bucket", "phase", "chip", "shape", "tp", "pp", "batch", "n_vpods", "rate_rps"],
+                    ["start", "epoch", "class", "phase", "generation", "slice", "tp", "pp", "batch", "vPods", "req/s"],
                     [
-                        [r.epoch, r.bucket, r.phase, r.chip, r.shape, r.tp, r.pp, r.batch, r.n_vpods, r.rate_rps]
+                        [
+                            clock(epochs.index(r.epoch) * epoch_s),
+                            r.epoch,
+                            r.bucket,
+                            r.phase,
+                            r.chip,
+                            r.shape,
+                            r.tp,
+                            r.pp,
+                            r.batch,
+                            r.n_vpods,
+                            r.rate_rps,
+                        ]
                         for r in alloc.itertuples()
                     ],
+                    anchor="allocations-table",
                 )
             ],
-        )
-    )
-    sections.append(
-        Section(
-            "Per epoch",
-            tables=[
-                Table(
-                    ["epoch", "energy_j", "cost_usd", "carbon_kg", "unserved_rps"],
-                    [[r.epoch, r.energy_j, r.cost_usd, r.carbon_kg, r.unserved_rps] for r in by_epoch.itertuples()],
-                )
-            ],
+            anchor="allocations",
         )
     )
     sections.append(
@@ -330,29 +609,46 @@ def build_report(
             tables=[
                 Table(
                     [
-                        "bucket",
+                        "class",
                         "config",
-                        "chip",
-                        "shape",
-                        "ttft_s",
-                        "tpot_s",
-                        "energy_j_per_req",
-                        "cost_usd_per_req",
+                        "generation",
+                        "slice",
+                        "TTFT (s)",
+                        "TPOT (s)",
+                        "J/request",
+                        "USD/request",
                         "bound",
-                        "intensity",
+                        "FLOP/byte",
                     ],
                     [list(r) for r in why],
+                    anchor="why-table",
                 )
             ],
+            anchor="why",
         )
     )
+    notes_all = [*(cset.notes if cset is not None else ()), *(notes or ())]
     sections.append(
         Section(
-            "Figures",
-            images=[*figures, *occupancy],
+            "Inputs and notes",
+            text=[
+                f"Instance `{inst_name}`: {getattr(inst, 'description', '') or coeffs.meta.get('model', '')}.",
+                (
+                    f"Model {cset.model.name}; SLO: {cset.slo_note}; energy profile {inst.energy.profile}."
+                    if cset is not None
+                    else f"Coefficients from {coeffs.source}."
+                ),
+                *(f"Note: {n}." for n in notes_all),
+                "Exact values: `plan.json` (the plan and its accounting), `replays.json` (the replays), "
+                "`allocations.csv`, `epochs.csv`; solve times in `timing.json` (the one file that differs run "
+                "to run). Deployable node pools and workloads: `neuscale-opt export plan.json --format gke "
+                "--out DIR`.",
+            ],
+            anchor="inputs",
         )
     )
-    title = f"Capacity plan: {name}"
+    sections.append(Section("Figures", images=figures, anchor="figures"))
+    title = f"Capacity plan: {inst_name}"
     files: dict[str, bytes] = {
         "report.md": render_markdown(title, sections).encode("utf-8"),
         "report.html": render_html(title, sections, images).encode("utf-8"),
@@ -361,6 +657,8 @@ def build_report(
         "allocations.csv": frame_to_csv_text(alloc).encode("utf-8"),
         "epochs.csv": frame_to_csv_text(by_epoch).encode("utf-8"),
     }
+    if rp:
+        files["replays.json"] = to_json({m: rp[m] for m in sorted(rp)}).encode("utf-8")
     if placements is not None:
         files["placements.csv"] = frame_to_csv_text(placements).encode("utf-8")
     for fname, data in images.items():
@@ -368,12 +666,322 @@ def build_report(
     return Report(files)
 
 
-def _chip_hours(alloc: pd.DataFrame, coeffs) -> dict[str, float]:
-    if alloc.empty:
-        return {}
-    g = alloc.drop_duplicates(["epoch", "vpod_group"])
-    hours = g["chips_per_vpod"] * g["n_vpods"] * coeffs.epoch_s / 3600.0
-    return {str(k): float(v) for k, v in hours.groupby(g["chip"]).sum().items()}
+MISSING_ORIGIN = "–"
+
+
+def _comparison(plan: dict, baselines: dict, rp: dict, key: str, hours: float) -> tuple[Table | None, str]:
+    """The comparison table (plan first) and the sentence of the first screen."""
+    if not baselines:
+        return None, ""
+    ref = float(plan["totals"].get(key) or math.nan)
+    what = {"energy_j": "energy", "cost_usd": "cost", "carbon_kg": "carbon"}[key]
+
+    def per_good(r: dict | None) -> float:
+        if r is None or not r.get("goodput_tokens_out"):
+            return math.nan
+        return float(r[key]) / float(r["goodput_tokens_out"])
+
+    mine = per_good(rp.get(plan["method"]))
+    rows = []
+    words = []
+    for name, status, tot in [(plan["method"], plan["status"], plan["totals"])] + [
+        (b, sol.status, (ev.totals if (sol.has_plan and ev is not None) else None))
+        for b, (sol, ev) in baselines.items()
+    ]:
+        r = rp.get(name)
+        planned = float(tot.get(key)) if tot is not None and tot.get(key) is not None else math.nan
+        ratio = planned / ref if ref and math.isfinite(ref) and math.isfinite(planned) else math.nan
+        good_ratio = per_good(r) / mine if math.isfinite(mine) and mine > 0 else math.nan
+        cost_h = float(tot["cost_usd"]) / hours if tot is not None and hours else math.nan
+        rows.append(
+            [
+                name,
+                status,
+                cost_h,
+                kwh(tot.get("energy_j")) if tot is not None else math.nan,
+                ratio,
+                pct(r.get("slo_attainment")) if r else None,
+                r.get("goodput_tokens_out") if r else None,
+                r.get("goodput_tokens_per_joule") if r else None,
+                r.get("goodput_tokens_per_usd") if r else None,
+                good_ratio,
+            ]
+        )
+        if name == plan["method"]:
+            continue
+        if r is not None and math.isfinite(good_ratio):
+            words.append(
+                f"{name} needs {fmt(good_ratio)} x the {what} per goodput token at {pct(r.get('slo_attainment'))} "
+                "SLO attainment"
+            )
+        elif math.isfinite(ratio):
+            words.append(f"{name} plans {fmt(ratio)} x the {what} (not replayed)")
+        else:
+            words.append(f"{name}: {status}")
+    head = (
+        f"(replayed, {plan['method']} at {pct(rp[plan['method']].get('slo_attainment'))} SLO attainment): "
+        if plan["method"] in rp
+        else "(planned): "
+    )
+    cols = [
+        "method",
+        "status",
+        "USD/h",
+        "kWh",
+        f"planned {what} vs plan",
+        "replayed SLO",
+        "goodput tokens",
+        "goodput tokens/J",
+        "goodput tokens/USD",
+        f"{what} per goodput token vs plan",
+    ]
+    if not rp:  # nothing replayed (no trace): the planned columns only
+        cols, rows = cols[:5], [r[:5] for r in rows]
+    table = Table(cols, rows, anchor="compare")
+    return table, head + "; ".join(words) + "."
+
+
+def _risks(
+    plan: dict, mine: dict | None, detail: dict, target: float, epoch_s: float, meta: dict, rolling: bool
+) -> str:
+    parts = []
+    if mine is not None:
+        n = int(mine.get("requests", 0))
+        missed = n - int(mine.get("slo_met", 0))
+        s = f"{fmt(missed)} of {fmt(n)} replayed requests ({pct(missed / n if n else math.nan)}) miss their SLO" + (
+            f" (target attainment {pct(target)})" if math.isfinite(target) else ""
+        )
+        bb = detail.get("by_bucket")
+        if bb is not None and not bb.empty:
+            bb = bb[bb["requests"] > 0].sort_values(["slo_attainment", "bucket"], kind="mergesort")
+            if not bb.empty:
+                w = bb.iloc[0]
+                s += f", worst class {w['bucket']} at {pct(w['slo_attainment'])}"
+        be = detail.get("by_epoch")
+        if be is not None and not be.empty:
+            be = be[be["requests"] > 0].sort_values(["slo_attainment", "epoch"], kind="mergesort")
+            if not be.empty:
+                w = be.iloc[0]
+                s += f", worst epoch {clock(int(w['epoch']) * epoch_s)} at {pct(w['slo_attainment'])}"
+        unserved = int(mine.get("unserved", 0))
+        if unserved:
+            s += f"; {fmt(unserved)} requests never served"
+        parts.append(s + " [replay](#replay)")
+    fe = forecast_errors(plan)
+    if rolling and not fe.empty:
+        short = fe.sort_values(["short", "epoch", "bucket"], ascending=[False, True, True], kind="mergesort").iloc[0]
+        tot = fe.groupby("epoch")[["forecast", "actual"]].sum()
+        err = (tot["forecast"] - tot["actual"]).abs()
+        ape = (err / tot["actual"].where(tot["actual"] > 0)).dropna()
+        mape = pct(ape.mean() if len(ape) else math.nan)
+        s = f"the {meta.get('forecast')} forecast misses the epochs' total demand by {mape} on average"
+        if short["short"] > 0:
+            s += (
+                f", at worst {fmt(short['short'])} req/s short for {short['bucket']} at "
+                f"{clock(int(short['epoch']) * epoch_s)}"
+            )
+        parts.append(s + " [demand per epoch](#epochs)")
+    uns = float(plan["totals"].get("unserved_rps") or 0.0)
+    parts.append(
+        (f"{fmt(uns)} req/s of planned demand left unserved" if uns > 0 else "no planned demand left unserved")
+        + " [per epoch](#epochs)"
+    )
+    gap = plan.get("gap")
+    if gap is not None and math.isfinite(float(gap)):
+        against = "the decoupled bound" if "bound" in meta else "the solver's bound"
+        parts.append(f"gap {pct(gap)} against {against} [what was solved](#solved)")
+    parts.append("no sweep in this report (`neuscale-opt sweep` says which parameter flips the decision)")
+    return "; ".join(parts)
+
+
+def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluation, mine) -> Section:
+    text = []
+    eps = [e for e in plan.get("epochs") or [] if isinstance(e, dict) and "epoch" in e]
+    statuses = pd.Series([e.get("status", "") for e in eps], dtype=object)
+    counts = ", ".join(f"{n} {s}" for s, n in statuses.value_counts().sort_index().items() if s)
+    if rolling:
+        w = int(meta["window"])
+        text.append(
+            f"Rolling horizon: at each of the {len(eps)} epochs a {w}-epoch window ({fmt(w * epoch_s / 60)} min) "
+            f"was solved on the `{meta['forecast']}` forecast made from the epochs before it, with the state "
+            "committed so far, and only its first epoch was committed; the auto-scaling rules of the horizon "
+            f"model couple the epochs. Windows: {counts or 'none'} (table below)."
+        )
+    elif plan["method"] in ("milp", "greedy", "homogeneous", "unlimited"):
+        text.append(
+            f"Independent epochs: each of the {len(eps) or len(solution.epochs)} epochs was planned on its own "
+            f"by `{plan['method']}`" + (f"; epochs: {counts}." if counts else ".")
+        )
+    else:
+        text.append(f"Method `{plan['method']}` over the horizon; status {plan['status']}.")
+    obj, bound, gap = plan.get("objective_value"), plan.get("bound"), plan.get("gap")
+    unit = OBJECTIVE_KEYS[plan["objective"]][2]
+    scale, shown = (1 / 3.6e6, "kWh") if unit == "J" else (1.0, unit)
+    if "bound" in meta and bound is not None and math.isfinite(float(bound)):
+        text.append(
+            f"Status `{plan['status']}`: "
+            + (
+                "every window was solved to optimality, but "
+                if set(statuses) <= {"optimal"}
+                else "some windows stopped at the time limit (their best incumbent was committed), and "
+            )
+            + "a rolling plan is not proven optimal for "
+            f"the horizon. Objective {fmt(float(obj) * scale)} {shown}; **decoupled bound** "
+            f"{fmt(float(bound) * scale)} {shown} = {meta['bound']}, which ignores the coupling rules, the "
+            "creation delay and reconfiguration; the gap "
+            f"{pct(gap)} is what those (and the window's myopia) may cost at most, not a solver gap."
+        )
+        if float(bound) > float(obj) * (1 + 1e-6):
+            text.append(
+                f"The decoupled bound lies {pct(float(bound) / float(obj) - 1)} above the objective: the epoch "
+                "MILPs and the horizon model do not account the planned demand alike, so here the bound "
+                "proves nothing and the gap reads 0."
+            )
+    elif bound is not None and math.isfinite(float(bound)):
+        text.append(
+            f"Status `{plan['status']}`: objective {fmt(float(obj) * scale)} {shown}, solver bound "
+            f"{fmt(float(bound) * scale)} {shown}, gap {pct(gap)}."
+        )
+    else:
+        text.append(f"Status `{plan['status']}`: objective {fmt(float(obj) * scale)} {shown}; no bound.")
+    if "oracle" in baselines:
+        text.append(
+            "Full-horizon reference: the `oracle` row of the [comparison](#compare) solves the horizon with "
+            "the actual demand (known in advance); its distance to the plan is what forecasting costs."
+        )
+    elif rolling:
+        text.append("Full-horizon bound: not computed (run `--method oracle` for the perfect-forecast plan).")
+    verdict = "feasible" if evaluation.feasible else "VIOLATIONS: " + "; ".join(evaluation.violations[:5])
+    text.append(
+        f"Independent evaluation (constraints re-checked, energy and money accounted on the planned demand): {verdict}."
+    )
+    tables = []
+    if mine is not None:
+        t = plan["totals"]
+        tables.append(
+            Table(
+                ["", "planned (evaluator, provisioned demand)", "replayed (trace, request by request)"],
+                [
+                    ["energy (kWh)", kwh(t.get("energy_j")), kwh(mine.get("energy_j"))],
+                    ["cost (USD)", t.get("cost_usd"), mine.get("cost_usd")],
+                    ["carbon (kgCO2e)", t.get("carbon_kg"), mine.get("carbon_kg")],
+                    ["tokens per joule", t.get("tokens_per_j"), mine.get("tokens_per_joule")],
+                    ["SLO attainment", "sized for the target", pct(mine.get("slo_attainment"))],
+                ],
+                anchor="planned-vs-replayed",
+            )
+        )
+    after = []
+    if mine is not None:
+        after.append(
+            "Planned vs replayed: the plan is sized and accounted for the provisioned demand (each epoch's "
+            "peak rate); the replay runs the trace's requests one by one through the plan's vPods (30-s "
+            "creation delay), so it holds the vPods only while they exist and counts what was actually "
+            "served. Tokens per joule differ by definition: planned = input + output tokens of the mean "
+            "demand per joule; replayed = output tokens of served requests per joule."
+        )
+    if rolling and eps:
+        tables.append(
+            Table(
+                ["start", "epoch", "window status", "window gap"],
+                [[clock(i * epoch_s), e["epoch"], e.get("status"), e.get("window_gap")] for i, e in enumerate(eps)],
+                anchor="windows",
+            )
+        )
+    return Section("What was solved", text=text, tables=tables, anchor="solved", after=after)
+
+
+def _epoch_section(plan, by_epoch, dem, cpe, gens, epoch_s, detail, rolling) -> Section:
+    be = by_epoch.set_index("epoch")
+    rep = detail.get("by_epoch")
+    rep = rep.set_index("epoch") if rep is not None and not rep.empty else None
+    rows = []
+    for i, d in enumerate(dem.itertuples()):
+        t = d.epoch
+        e = be.loc[t] if t in be.index else None
+        rows.append(
+            [
+                clock(i * epoch_s),
+                t,
+                d.actual,
+                *([d.planned] if rolling else []),
+                d.mean,
+                *[int(cpe.loc[t, c]) for c in gens],
+                kwh(e["energy_j"]) if e is not None else None,
+                float(e["cost_usd"]) / (epoch_s / 3600.0) if e is not None else None,
+                e["carbon_kg"] if e is not None else None,
+                e["unserved_rps"] if e is not None else None,
+                *([pct(rep.loc[t, "slo_attainment"]) if t in rep.index else None] if rep is not None else []),
+            ]
+        )
+    cols = [
+        "start",
+        "epoch",
+        "demand req/s (provisioned)",
+        *(["forecast req/s"] if rolling else []),
+        "mean req/s",
+        *[f"{c} chips" for c in gens],
+        "kWh",
+        "USD/h",
+        "kgCO2e",
+        "unserved req/s",
+        *(["replayed SLO"] if rep is not None else []),
+    ]
+    return Section(
+        "Per epoch",
+        text=[
+            "Demand, chips held per generation, energy, money (as an hourly rate), carbon and unserved demand "
+            "per epoch; provisioned demand is the rate the plan must carry (`workload.provision_for`)"
+            + (", forecast the demand the rolling window planned for" if rolling else "")
+            + "."
+        ],
+        tables=[Table(cols, rows, anchor="epochs-table")],
+        anchor="epochs",
+    )
+
+
+def _replay_section(detail: dict, target: float) -> Section:
+    tables = []
+    bb = detail.get("by_bucket")
+    if bb is not None and not bb.empty:
+        tables.append(
+            Table(
+                [
+                    "class",
+                    "requests",
+                    "served",
+                    "SLO attainment",
+                    "TTFT attainment",
+                    "TPOT attainment",
+                    "p99 TTFT (s)",
+                    "p99 TPOT (s)",
+                ],
+                [
+                    [
+                        r["bucket"],
+                        int(r["requests"]),
+                        int(r["served"]),
+                        pct(r["slo_attainment"]),
+                        pct(r["ttft_attainment"]),
+                        pct(r["tpot_attainment"]),
+                        r["p99_ttft_s"],
+                        r["p99_tpot_s"],
+                    ]
+                    for _, r in bb.iterrows()
+                ],
+                anchor="replay-classes",
+            )
+        )
+    return Section(
+        "Replay",
+        text=[
+            "The plan replayed against the instance's trace, per class (per epoch: [Per epoch](#epochs))"
+            + (f"; the safe loads were sized for {pct(target)} attainment" if math.isfinite(target) else "")
+            + "."
+        ],
+        tables=tables,
+        anchor="replay",
+    )
 
 
 def _why_rows(table: pd.DataFrame, alloc: pd.DataFrame) -> list[list[Any]]:
