@@ -25,7 +25,9 @@ not comparable. A plan whose evaluator reports unserved demand is therefore judg
 served: planned energy (money) / the evaluator's served tokens (input + output, ``totals["tokens"]``)
 against replayed energy (money) / the tokens (input + output) the replay serves; the 10 % target
 and the Spearman ranks use these figures for such plans and the totals for every other plan. The
-totals are shown for every plan either way.
+totals are shown for every plan either way. On DeepSeek-V3 x10 this rule does not bring the plans
+together (the replay serves late part of what the plan leaves unserved, within the same vPod-hours;
+``consistency_results.md``); the comparison that would is a replay cut at the horizon.
 
 Run: ``.venv/bin/python benchmarks/consistency.py [--quick] [--epochs N] [--no-pooled] [--only LABEL,...]
 [--out PATH]`` (about 30 min on two shared cores; the file is rewritten after every scenario, and
