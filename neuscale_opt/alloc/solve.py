@@ -209,10 +209,8 @@ def linear_form(m: pyo.ConcreteModel) -> LinearForm:
     from pyomo.common.errors import InfeasibleConstraintException
     from pyomo.repn.plugins.standard_form import LinearStandardFormCompiler
 
-    # the columns in declaration order (the order a persistent interface would add them)
-    order = list(m.component_data_objects(pyo.Var, descend_into=True))
     try:
-        info = LinearStandardFormCompiler().write(m, mixed_form=True, set_sense=pyo.minimize, column_order=order)
+        info = LinearStandardFormCompiler().write(m, mixed_form=True, set_sense=pyo.minimize)
     except InfeasibleConstraintException as exc:
         raise TriviallyInfeasible(str(exc)) from exc
     cols = list(info.columns)
