@@ -788,7 +788,7 @@ def _risks(
     )
     gap = plan.get("gap")
     if gap is not None and math.isfinite(float(gap)):
-        against = "the decoupled bound" if "bound" in meta else "the solver's bound"
+        against = "the horizon's LP-relaxation bound" if "bound" in meta else "the solver's bound"
         parts.append(f"gap {pct(gap)} against {against} [what was solved](#solved)")
     parts.append("no sweep in this report (`neuscale-opt sweep` says which parameter flips the decision)")
     return "; ".join(parts)
@@ -826,16 +826,16 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
                 else "some windows stopped at the time limit (their best incumbent was committed), and "
             )
             + "a rolling plan is not proven optimal for "
-            f"the horizon. Objective {fmt(float(obj) * scale)} {shown}; **decoupled bound** "
-            f"{fmt(float(bound) * scale)} {shown} = {meta['bound']}, which ignores the coupling rules, the "
-            "creation delay and reconfiguration; the gap "
-            f"{pct(gap)} is what those (and the window's myopia) may cost at most, not a solver gap."
+            f"the horizon. Objective {fmt(float(obj) * scale)} {shown}; **bound** "
+            f"{fmt(float(bound) * scale)} {shown} = the {meta['bound']}: one LP over all the epochs with "
+            "the coupling rules and the inventory, on the demand the plan was made for; the gap "
+            f"{pct(gap)} is what integrality and the window's myopia may cost at most, not a solver gap."
         )
         if float(bound) > float(obj) * (1 + 1e-6):
             text.append(
-                f"The decoupled bound lies {pct(float(bound) / float(obj) - 1)} above the objective: the epoch "
-                "MILPs and the horizon model do not account the planned demand alike, so here the bound "
-                "proves nothing and the gap reads 0."
+                f"The bound lies {pct(float(bound) / float(obj) - 1)} above the objective: the windows and the "
+                "full-horizon model do not account the planned demand alike, so here the bound proves "
+                "nothing and the gap reads 0."
             )
     elif bound is not None and math.isfinite(float(bound)):
         text.append(

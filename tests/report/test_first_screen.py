@@ -148,11 +148,12 @@ def test_inventory_shows_nominal_and_deliverable_and_the_calibration_origin(file
         assert "**Calibration**: the roofline of " + ", ".join(prior) in files["md"]
 
 
-def test_what_was_solved_names_the_window_the_forecaster_and_the_decoupled_bound(files):
+def test_what_was_solved_names_the_window_the_forecaster_and_the_bound(files):
     md, plan = files["md"], files["plan"]
     solved = md.split("## What was solved")[1].split("\n## ")[0]
     assert "2-epoch window" in solved and "`last-peak` forecast" in solved
-    assert "**decoupled bound**" in solved and "not a solver gap" in solved
+    assert "**bound**" in solved and "not a solver gap" in solved
+    assert plan["provenance"] is not None and "LP relaxation of the full-horizon model" in solved
     windows = next(t for t in md_tables(solved) if t and "window status" in t[0])
     assert [r["window status"] for r in windows] == [e["status"] for e in plan["epochs"]]
     assert "oracle" in solved and "what forecasting costs" in solved
@@ -186,7 +187,7 @@ def test_every_link_of_the_html_has_a_target_and_md_equals_html(files):
 def test_terminal_summary_is_short_and_ends_with_the_report_path(files):
     lines = files["stdout"].splitlines()
     assert lines[0].startswith("plan milp (pooled, colocated): feasible; rolling 2-epoch window on last-peak")
-    assert "decoupled bound" in lines[0]
+    assert "LP-relaxation bound" in lines[0]
     assert any(line.startswith("replayed: SLO attainment ") for line in lines)
     assert any("USD/h" in line for line in lines) and any("chips by generation" in line for line in lines)
     assert lines[-1] == f"report: {files['out'] / 'report.html'}"
