@@ -77,6 +77,12 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         "--quiet", action="store_true", help="no progress bar; print only the status line and the report path"
     )
     p.add_argument("--verbose", action="store_true", help="also print the allocation table")
+    p.add_argument(
+        "--sweep",
+        metavar="DIR",
+        help="with --out: a sweep's output folder (neuscale-opt sweep --out DIR); the report's risks say "
+        "which parameter changes the plan's chip mix and at which value",
+    )
     add_objective_flags(p)
     p.set_defaults(func=cmd_plan)
 
@@ -205,6 +211,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_output_dir(args.out, "--out")
     check_solver_outputs(args)
+    sweep = read_sweep_summary(args.sweep) if getattr(args, "sweep", None) is not None else None
+    if sweep is not None and args.out is None:
+        raise InputError("--sweep needs --out (it goes into the report)", "--sweep")
     coeffs, inst = load_plan_input(args.instance)
     options = PlanOptions.from_instance(
         inst,
@@ -248,7 +257,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     prov = plan_provenance(args, inst, options)
     if "sizing_window" in coeffs.meta:  # provision_for = "burst": the window chosen and why
         prov["sizing_window"] = coeffs.meta["sizing_window"]
-    report = plan_report(args, inst, coeffs, options, sol, prov) if args.out is not None and sol.has_plan else None
+    report = (
+        plan_report(args, inst, coeffs, options, sol, prov, sweep) if args.out is not None and sol.has_plan else None
+    )
     if args.json != "-":
         replayed = None
         if report is not None and "replays.json" in report.files:
@@ -351,7 +362,33 @@ def plan_json(sol: Solution, prov: dict, timing: bool) -> str:
     return to_json({**sol.to_dict(timing=timing), "provenance": prov})
 
 
-def plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: PlanOptions, sol: Solution, prov: dict):
+def read_sweep_summary(folder: str) -> dict:
+    """The ``summary.json`` of a sweep's output folder, checked for the fields the report reads."""
+    from pathlib import Path
+
+    from neuscale_opt.readers import read_json
+
+    path = Path(folder) / "summary.json"
+    if not Path(folder).is_dir():
+        raise InputError("not a sweep output folder (run neuscale-opt sweep SPEC --out DIR)", str(folder))
+    data = read_json(path, str(path))
+    if not isinstance(data, dict) or not isinstance(data.get("flips", []), list) or "solved" not in data:
+        raise InputError("not a sweep summary (fields 'solved' and 'flips' expected)", str(path))
+    for i, f in enumerate(data.get("flips", [])):
+        if not isinstance(f, dict) or "parameter" not in f:
+            raise InputError(f"flips[{i}]: an object with 'parameter' expected", str(path))
+    return data
+
+
+def plan_report(
+    args: argparse.Namespace,
+    inst,
+    coeffs: Coefficients,
+    options: PlanOptions,
+    sol: Solution,
+    prov: dict,
+    sweep: dict | None = None,
+):
     """Run the baselines, evaluate every plan independently and build the report (nothing written)."""
     from neuscale_opt.planning import evaluate_any, is_schedule, plan_any
     from neuscale_opt.report.build import build_report
@@ -421,6 +458,7 @@ def plan_report(args: argparse.Namespace, inst, coeffs: Coefficients, options: P
         provenance=prov,
         notes=notes,
         replay_detail=detail or None,
+        sweep=sweep,
     )
 
 

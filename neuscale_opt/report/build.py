@@ -339,6 +339,7 @@ def build_report(
     provenance: dict[str, Any] | None = None,
     notes: list[str] | None = None,
     replay_detail: dict[str, pd.DataFrame] | None = None,
+    sweep: dict[str, Any] | None = None,
 ) -> Report:
     """Every file of the report, in memory. ``baselines``: name -> (Solution, Evaluation).
 
@@ -347,6 +348,9 @@ def build_report(
     ``replay_detail``: the plan's replay tables ``by_bucket`` and ``by_epoch`` (where SLO misses are).
 
     ``pods``: for the occupancy maps, dicts with ``pod``, ``chip``, ``dims``, ``failed``.
+
+    ``sweep``: a sweep's ``summary.json`` (``neuscale-opt sweep``); the risks then say which
+    parameter changes the chip mix and at which value (:func:`sweep_risk`).
 
     ``provenance`` goes into ``plan.json`` as is. Every file is the same bytes run to run except
     ``timing.json``, which holds the solve times (:func:`timing`).
@@ -486,7 +490,7 @@ def build_report(
             + " uses its family's prior (no measurements of its own), so its latencies and energies are less "
             "certain than those of the fitted generations. [Inventory](#inventory)."
         )
-    decision_text.append("**Risks** " + _risks(plan, mine, detail, target, epoch_s, meta, rolling) + ".")
+    decision_text.append("**Risks** " + _risks(plan, mine, detail, target, epoch_s, meta, rolling, sweep) + ".")
     decision = Section(
         f"Decision: {inst_name}",
         text=decision_text,
@@ -741,8 +745,47 @@ def _comparison(plan: dict, baselines: dict, rp: dict, key: str, hours: float) -
     return table, head + "; ".join(words) + "."
 
 
+def sweep_risk(summary: dict[str, Any]) -> str:
+    """What a sweep's ``summary.json`` says of the decision: for each parameter, the values nearest
+    its nominal one (below, above) at which the MILP's chip mix per generation differs from the
+    nominal mix, or that it never does; the share of scenarios with the nominal mix; the nominal
+    plan's largest regret."""
+    flips = []
+    for f in summary.get("flips") or []:
+        lo, hi = f.get("changes_below_at"), f.get("changes_above_at")
+        where = [w for w in (f"at {fmt(lo)} and below" if lo is not None else None,
+                             f"at {fmt(hi)} and above" if hi is not None else None) if w]
+        nominal = fmt(f.get("nominal_value"))
+        flips.append(
+            f"{f['parameter']} (nominal {nominal}) changes it " + " and ".join(where)
+            if where else f"{f['parameter']} (nominal {nominal}) never changes it"
+        )
+    n, share = int(summary.get("solved", 0)), summary.get("nominal_mix_share")
+    s = f"sweep `{summary.get('sweep', '?')}` ({fmt(n)} scenarios with a plan): the chip mix"
+    s += (" " + "; ".join(flips)) if flips else " was not analysed per parameter"
+    if share is not None:
+        s += f"; the nominal mix holds in {pct(float(share))} of the scenarios"
+    reg = summary.get("nominal_regret_max")
+    if reg is not None and math.isfinite(float(reg)):
+        scale, unit = {"energy": (1 / 3.6e6, "kWh"), "cost": (1.0, "USD"), "carbon": (1.0, "kgCO2e")}.get(
+            str(summary.get("objective")), (1.0, "")
+        )
+        s += f", the nominal plan's largest regret is {fmt(float(reg) * scale)} {unit}".rstrip()
+    inf = int(summary.get("nominal_infeasible_in") or 0)
+    if inf:
+        s += f" and it cannot carry {fmt(inf)} scenario(s)"
+    return s
+
+
 def _risks(
-    plan: dict, mine: dict | None, detail: dict, target: float, epoch_s: float, meta: dict, rolling: bool
+    plan: dict,
+    mine: dict | None,
+    detail: dict,
+    target: float,
+    epoch_s: float,
+    meta: dict,
+    rolling: bool,
+    sweep: dict[str, Any] | None = None,
 ) -> str:
     parts = []
     if mine is not None:
@@ -790,7 +833,10 @@ def _risks(
     if gap is not None and math.isfinite(float(gap)):
         against = "the horizon's LP-relaxation bound" if "bound" in meta else "the solver's bound"
         parts.append(f"gap {pct(gap)} against {against} [what was solved](#solved)")
-    parts.append("no sweep in this report (`neuscale-opt sweep` says which parameter flips the decision)")
+    if sweep:
+        parts.append(sweep_risk(sweep))
+    else:
+        parts.append("no sweep in this report (`neuscale-opt sweep`, then `plan --sweep DIR`, says which parameter flips the decision)")
     return "; ".join(parts)
 
 

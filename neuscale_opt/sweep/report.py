@@ -103,6 +103,11 @@ def write_sweep_report(prepared: Prepared, rows: pd.DataFrame, out: str | Path, 
         "nominal_regret_max": float(regret["regret"].max()) if len(regret) else math.nan,
         "nominal_regret_mean": float(regret["regret"].replace(math.inf, math.nan).mean()) if len(regret) else math.nan,
         "nominal_infeasible_in": int((~regret["regret"].astype(float).apply(math.isfinite)).sum()),
+        # per parameter, the nearest values below / above its nominal one where the chip mix differs
+        "flips": [
+            {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in st.changes.to_dict("records")
+        ],
         "advantage": adv,
     }
     lines = [f"# Sweep `{spec.name}`", "", spec.description, ""]

@@ -201,6 +201,16 @@ def test_robust_plans_and_report(spec_path, pool_rows, tmp_path):
     assert "## Tornado" in text and "## Robust plans" in text and (out / "tornado.png").stat().st_size > 0
     s = json.loads((out / "summary.json").read_text())
     assert s["scenarios"] == 5 and s["robust"]["milp_status"] == "optimal"
+    # where the chip mix flips, per parameter: the nearest values to the nominal one at which
+    # stability.csv says the mix differs from the nominal mix
+    st = pd.read_csv(out / "stability.csv")
+    assert [f["parameter"] for f in s["flips"]] == [p.label for p in prepared.spec.parameter]
+    for f in s["flips"]:
+        sub = st[(st["parameter"] == f["parameter"]) & (st["same_as_nominal"] < 1.0)]
+        below = sub.loc[sub["value"] < f["nominal_value"], "value"]
+        above = sub.loc[sub["value"] > f["nominal_value"], "value"]
+        assert f["changes_below_at"] == (float(below.max()) if len(below) else None)
+        assert f["changes_above_at"] == (float(above.min()) if len(above) else None)
     # the nominal row's regret is zero; every regret is >= 0 (the optimum is optimal)
     reg = pd.read_csv(out / "regret.csv")
     assert reg.loc[reg["scenario_id"] == "nominal", "regret"].iloc[0] == 0
