@@ -44,7 +44,8 @@ from neuscale_opt.planning import load_plan_input  # noqa: E402
 
 
 def load() -> str:
-    return "load %.2f %.2f %.2f" % os.getloadavg()
+    a, b, c = os.getloadavg()
+    return f"load {a:.2f} {b:.2f} {c:.2f}"
 
 
 def timed(fn, repeat: int) -> tuple[Any, float, float]:
@@ -112,7 +113,9 @@ def bench_bound(repeat: int) -> dict[str, Any]:
     lp, lp_wall, lp_cpu = timed(lambda: relaxation_bound(coeffs, opts, params, planned, inv), repeat)
 
     def epoch_milps() -> float:
-        demand = pd.DataFrame([(t, b, v) for (b, t), v in sorted(planned.items())], columns=["epoch", "bucket", "rate_rps"])
+        demand = pd.DataFrame(
+            [(t, b, v) for (b, t), v in sorted(planned.items())], columns=["epoch", "bucket", "rate_rps"]
+        )
         chips = coeffs.chips.copy()
         peak: dict[str, float] = {}
         for (c, _t), h in inv.items():
@@ -147,7 +150,9 @@ def day_instance():
     shape = [float(v) / float(day.mean()) for v in day for _ in range(2)]  # 600-s windows -> 300-s epochs
     base = {"a": 6.0, "b": 1.5}
     demand = [
-        {"epoch": e, "bucket": b, "rate_rps": round(r * s, 6)} for e, s in enumerate(shape) for b, r in sorted(base.items())
+        {"epoch": e, "bucket": b, "rate_rps": round(r * s, 6)}
+        for e, s in enumerate(shape)
+        for b, r in sorted(base.items())
     ]
     return parse_instance(
         {

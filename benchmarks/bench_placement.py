@@ -329,8 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     small = run_small(args.seed)
     for v in ("pattern", "exact"):
         s = small[v]
-        print(f"small fleet {v:8s}: objective {s['objective']:.3f}, gap {100 * s['gap']:.4f} %, "
-              f"{s['vars']} vars, build+solve {s['total_s']:.2f} s")
+        print(
+            f"small fleet {v:8s}: objective {s['objective']:.3f}, gap {100 * s['gap']:.4f} %, "
+            f"{s['vars']} vars, build+solve {s['total_s']:.2f} s"
+        )
     print(f"  same optimum: {small['same_optimum']}")
     al = run_alloc_large(args.seed, args.failed)
     print(

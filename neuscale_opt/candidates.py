@@ -145,10 +145,7 @@ class ChipContext:
 def chip_context(inst: Instance, name: str) -> ChipContext:
     chip = get_chip(name)
     entry = next((f for f in inst.fleet if f.chip == name), None)
-    explicit_hop = "hop_latency_s" in inst.search.model_fields_set
-    cal = chip_calibration(
-        inst.search.calibration, chip, str(inst.base_dir), inst.search.hop_latency_s if explicit_hop else None
-    )
+    cal = chip_calibration(inst.search.calibration, chip, str(inst.base_dir), inst.search.hop_latency_s)
     eff, hop_s, layer_s = cal.eff, cal.hop_latency_s, cal.layer_overhead_s
     price = chip.price_3y_usd_per_chip_hour if inst.energy.price == "commit_3y" else chip.price_usd_per_chip_hour
     embodied = chip.embodied_kgco2_per_chip

@@ -19,7 +19,7 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from neuscale_opt.catalog import DTYPE_BYTES, ENERGY_PROFILES, load_chips, load_models
 from neuscale_opt.errors import InputError
 from neuscale_opt.readers import check_path, read_toml
-from neuscale_opt.roofline import HBM_USABLE_FRACTION_DEFAULT, HOP_LATENCY_S_DEFAULT
+from neuscale_opt.roofline import HBM_USABLE_FRACTION_DEFAULT
 from neuscale_opt.schema import MAX_EPOCHS, Frozen
 from neuscale_opt.traces.spec import BucketSpec, TraceSpec
 
@@ -308,7 +308,10 @@ class Search(_Frozen):
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     phases: tuple[Phase, ...] = ("colocated", "prefill", "decode")
     hbm_usable_fraction: float = Field(default=HBM_USABLE_FRACTION_DEFAULT, gt=0, le=1)
-    hop_latency_s: float = Field(default=HOP_LATENCY_S_DEFAULT, ge=0)
+    # latency of one collective step; None: the calibration profile's fitted value (the pure
+    # roofline's HOP_LATENCY_S_DEFAULT under calibration = "none"). None rather than a default
+    # number, so that an instance written back and read again keeps meaning the profile's value.
+    hop_latency_s: float | None = Field(default=None, ge=0)
     # roofline calibration profile: "default" (shipped, fitted on published measurements), "none"
     # (the pure roofline) or a profile TOML path (relative to the instance); see calibrate.py
     calibration: str = "default"

@@ -496,7 +496,9 @@ def summary(
         solved = f"; rolling {meta['window']}-epoch window on {meta['forecast']} forecasts"
     gap = ""
     if sol.has_plan and sol.gap == sol.gap:  # not NaN
-        gap = f", gap {pct(sol.gap)} against the " + ("horizon's LP-relaxation bound" if "bound" in meta else "solver's bound")
+        gap = f", gap {pct(sol.gap)} against the " + (
+            "horizon's LP-relaxation bound" if "bound" in meta else "solver's bound"
+        )
     lines = [f"plan {sol.method} ({sol.options.variant}, {sol.options.serving}): {sol.status}{solved}{gap}"]
     if not sol.has_plan or quiet:
         return "\n".join(lines) + "\n"

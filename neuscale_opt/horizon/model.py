@@ -395,11 +395,7 @@ def add_held_if_used(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     """
     members = _members(ctx)
     used = [
-        (g, k, t)
-        for g in m.GROUPS
-        for k, b, _p, _c in members[g]
-        for t in m.EPOCHS
-        if ctx.demand.get((b, t), 0.0) > 0
+        (g, k, t) for g in m.GROUPS for k, b, _p, _c in members[g] for t in m.EPOCHS if ctx.demand.get((b, t), 0.0) > 0
     ]
     m.USED = pyo.Set(initialize=used, dimen=3, ordered=True)
     if len(m.USED) == 0:

@@ -79,4 +79,3 @@ def plan_horizon(
     if progress is not None:
         progress(n_epochs)
     return sol
-

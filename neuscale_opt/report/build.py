@@ -753,12 +753,19 @@ def sweep_risk(summary: dict[str, Any]) -> str:
     flips = []
     for f in summary.get("flips") or []:
         lo, hi = f.get("changes_below_at"), f.get("changes_above_at")
-        where = [w for w in (f"at {fmt(lo)} and below" if lo is not None else None,
-                             f"at {fmt(hi)} and above" if hi is not None else None) if w]
+        where = [
+            w
+            for w in (
+                f"at {fmt(lo)} and below" if lo is not None else None,
+                f"at {fmt(hi)} and above" if hi is not None else None,
+            )
+            if w
+        ]
         nominal = fmt(f.get("nominal_value"))
         flips.append(
             f"{f['parameter']} (nominal {nominal}) changes it " + " and ".join(where)
-            if where else f"{f['parameter']} (nominal {nominal}) never changes it"
+            if where
+            else f"{f['parameter']} (nominal {nominal}) never changes it"
         )
     n, share = int(summary.get("solved", 0)), summary.get("nominal_mix_share")
     s = f"sweep `{summary.get('sweep', '?')}` ({fmt(n)} scenarios with a plan): the chip mix"
@@ -836,7 +843,10 @@ def _risks(
     if sweep:
         parts.append(sweep_risk(sweep))
     else:
-        parts.append("no sweep in this report (`neuscale-opt sweep`, then `plan --sweep DIR`, says which parameter flips the decision)")
+        parts.append(
+            "no sweep in this report (`neuscale-opt sweep`, then `plan --sweep DIR`, says which parameter "
+            "flips the decision)"
+        )
     return "; ".join(parts)
 
 

@@ -23,8 +23,17 @@ from neuscale_opt.topology.slices import Shape, parse_shape, placements, shape_s
 
 CountMap = Mapping[tuple[str, str], object]  # (chip, canonical shape string) -> Pyomo expression or number
 
-PATTERN_IDS = ("y_pattern", "c_pattern_pods", "c_pattern_cover", "c_fine_capacity", "w_cube", "r_cube",
-               "c_cube_classes", "c_cube_cover", "c_cube_hosts")
+PATTERN_IDS = (
+    "y_pattern",
+    "c_pattern_pods",
+    "c_pattern_cover",
+    "c_fine_capacity",
+    "w_cube",
+    "r_cube",
+    "c_cube_classes",
+    "c_cube_cover",
+    "c_cube_hosts",
+)
 EXACT_IDS = ("x_place", "c_exact_disjoint", "c_exact_count")
 
 
@@ -166,9 +175,7 @@ def add_exact_constraints(b: pyo.Block, counts: CountMap, data: Mapping[str, Gen
         )
         return lhs >= rhs
 
-    b.c_exact_count = pyo.Constraint(
-        [(c, shape_str(s)) for c, d in data.items() for s in d.shapes], rule=count
-    )
+    b.c_exact_count = pyo.Constraint([(c, shape_str(s)) for c, d in data.items() for s in d.shapes], rule=count)
 
 
 VARIANTS: dict[str, Callable[[pyo.Block, CountMap, Mapping[str, GenPlacementData]], None]] = {

@@ -283,7 +283,7 @@ def test_report_of_a_horizon_shorter_than_the_trace(tmp_path, capsys):
     import pandas as pd
 
     t = pd.read_csv(trace)  # the raw trace, counted here independently of the package's loader
-    arrival_s = (pd.to_datetime(t.iloc[:, 0], format="mixed") - pd.to_datetime(t.iloc[:, 0], format="mixed").min())
+    arrival_s = pd.to_datetime(t.iloc[:, 0], format="mixed") - pd.to_datetime(t.iloc[:, 0], format="mixed").min()
     inside = int((arrival_s.dt.total_seconds() < 3 * 300.0).sum())
     assert 0 < inside < len(t)
     assert f"the replays cover the planned epochs ({inside} of {len(t)} requests)" in (out / "report.md").read_text()

@@ -73,7 +73,9 @@ def _placed_model(placement: str):
 def test_document_and_model_name_the_same_components():
     ids = component_ids(_full_model())
     for kind in KINDS:
-        assert ids[kind] == DOC_IDS.get(kind, set()) - PLACEMENT_ONLY.get(kind, set()) - BOUND_ONLY.get(kind, set()), kind
+        assert ids[kind] == DOC_IDS.get(kind, set()) - PLACEMENT_ONLY.get(kind, set()) - BOUND_ONLY.get(kind, set()), (
+            kind
+        )
 
 
 @pytest.mark.parametrize("placement", ["pattern", "exact"])

@@ -100,8 +100,9 @@ def test_component_ids_match_the_spec():
     data = fleet_placement_data(groups, {V5E: ["1x1", "4x4"], V4: ["2x2x1", "4x4x4"]})
     built: set[str] = set()
     for variant in ("pattern", "exact"):
-        m = demo_model(data, {(V5E, "1x1"): 1.0, (V5E, "4x4"): 20.0, (V4, "2x2x1"): 4.0, (V4, "4x4x4"): 70.0},
-                       variant=variant)
+        m = demo_model(
+            data, {(V5E, "1x1"): 1.0, (V5E, "4x4"): 20.0, (V4, "2x2x1"): 4.0, (V4, "4x4x4"): 70.0}, variant=variant
+        )
         built |= {c.local_name for c in m.placement.component_objects((pyo.Var, pyo.Constraint))}
     assert built == set(PATTERN_IDS) | set(EXACT_IDS)
     assert _doc_ids() == built

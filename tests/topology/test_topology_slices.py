@@ -26,9 +26,7 @@ V5E, V4, V5P = "tpu-v5e", "tpu-v4", "tpu-v5p"
 
 def test_allowed_shapes_2d_orientations():
     # 4x2 would take half of two 2x4 hosts: not allowed; 8x4 and 16x8 are whole hosts.
-    assert allowed_shapes(V5E) == (
-        (1, 1), (2, 2), (2, 4), (4, 4), (4, 8), (8, 4), (8, 8), (8, 16), (16, 8), (16, 16)
-    )
+    assert allowed_shapes(V5E) == ((1, 1), (2, 2), (2, 4), (4, 4), (4, 8), (8, 4), (8, 8), (8, 16), (16, 8), (16, 16))
     assert allowed_shapes("tpu-v6e") == allowed_shapes(V5E)
 
 
