@@ -44,20 +44,8 @@ from neuscale_opt.alloc.tail import plan_with_tail
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import InputError, TimeLimitError
 
-_ROW_COLUMNS = (
-    "bucket",
-    "phase",
-    "chip",
-    "shape",
-    "chips_per_vpod",
-    "tp",
-    "pp",
-    "ep",
-    "batch",
-    "vpod_type",
-    "config_id",
-    "group",
-)
+# the configuration columns of a plan row (ALLOC_COLUMNS from bucket to config_id), then its group
+_ROW_COLUMNS = (*ALLOC_COLUMNS[ALLOC_COLUMNS.index("bucket") : ALLOC_COLUMNS.index("config_id") + 1], "group")
 
 
 def _rows(ctx: EpochContext, ep: EpochPlan) -> list[dict[str, Any]]:
