@@ -53,7 +53,7 @@ def test_embedded_default_is_the_repository_default():
 def test_normalised_instance_reports_healthy_chips():
     inst = load_instance(INSTANCES / "default.toml")
     d = inst.normalised()
-    assert d["derived"]["healthy_chips"] == {"tpu-v4": 126, "tpu-v5e": 253, "tpu-v5p": 64, "tpu-v6e": 128}
+    assert d["derived"]["healthy_chips"] == {"tpu-v4": 126, "tpu-v5e": 253, "tpu-v5p": 64, "tpu-v6e": 256}
     assert d["derived"]["failed_chips"]["tpu-v5e"] == 3
     assert d["slo"]["multiplier"] == 5.0  # defaults filled in
 
