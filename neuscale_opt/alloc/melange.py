@@ -48,7 +48,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.alloc.solution import Solution
-from neuscale_opt.coefficients import Coefficients
+from neuscale_opt.coefficients import CONFIG_COLUMNS, Coefficients
 from neuscale_opt.errors import InfeasibleError, InputError
 from neuscale_opt.readers import read_json, read_toml
 from neuscale_opt.schema import Frozen
@@ -241,35 +241,6 @@ def load_profile_instance(path: str | Path) -> ProfileInstance:
     return parse_profile_instance(read_toml(path, where), where=where)
 
 
-#: Columns of the configurations of a profile instance (kept when no accelerator serves anything,
-#: so that an infeasible profile is diagnosed by the planner instead of refused as malformed).
-PROFILE_CONFIG_COLUMNS: tuple[str, ...] = (
-    "config_id",
-    "vpod_type",
-    "bucket",
-    "phase",
-    "chip",
-    "shape",
-    "chips_per_vpod",
-    "tp",
-    "pp",
-    "ep",
-    "batch",
-    "max_rate_rps",
-    "dyn_energy_j_per_req",
-    "static_power_w",
-    "price_usd_per_hour",
-    "embodied_kg_per_hour",
-    "ttft_s",
-    "tpot_s",
-    "e2e_s",
-    "bound",
-    "kv_bytes_per_req",
-    "energy_j_per_req",
-    "cost_usd_per_req",
-)
-
-
 def profile_coefficients(inst: ProfileInstance) -> Coefficients:
     """Coefficients from a profile instance: one single-chip vPod type per accelerator."""
     p = inst.profile
@@ -307,7 +278,9 @@ def profile_coefficients(inst: ProfileInstance) -> Coefficients:
                     "cost_usd_per_req": float(a.price_usd_per_hour) / 3600.0 / mu,
                 }
             )
-    configs = pd.DataFrame(rows, columns=PROFILE_CONFIG_COLUMNS)
+    # the table contract's columns, kept when no accelerator serves anything, so that an infeasible
+    # profile is diagnosed by the planner instead of refused as malformed
+    configs = pd.DataFrame(rows, columns=list(CONFIG_COLUMNS))
     buckets = pd.DataFrame(
         {
             "bucket": [c.name for c in p.classes],
