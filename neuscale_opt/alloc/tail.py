@@ -42,6 +42,31 @@ def nearest_first(
     return (dist, -spare, group)
 
 
+def _fill(
+    rate: float,
+    offers: list[tuple[str, str, float]],
+    held: dict[str, float],
+    x: dict[str, float],
+    groups: dict[str, str],
+    load: dict[str, float],
+) -> float:
+    """Route ``rate`` over ``offers`` (group, configuration, rate per vPod) in their order, each up
+    to its group's spare vPods ``held[g] - load[g]``; adds to ``x``, ``groups`` and ``load`` and
+    returns the rate left."""
+    need = rate
+    for g, k, cap in offers:
+        take = min(need, max(held[g] - load.get(g, 0.0), 0.0) * cap)
+        if take <= EPS:
+            continue
+        x[k] = x.get(k, 0.0) + take
+        groups[k] = g
+        load[g] = load.get(g, 0.0) + take / cap
+        need -= take
+        if need <= EPS * max(1.0, rate):
+            break
+    return need
+
+
 def route_tail(ctx: EpochContext, ep: EpochPlan, tail: dict[str, float]) -> tuple[EpochPlan, set[str]]:
     """Put each tail class on held groups' spare capacity, nearest first: groups whose vPod type has
     a usable configuration for the class (``ctx.configs``), ordered by the distance in prompt length
@@ -74,18 +99,8 @@ def route_tail(ctx: EpochContext, ep: EpochPlan, tail: dict[str, float]) -> tupl
                     if spare <= EPS:
                         continue
                     options.append((*nearest_first(tokens, b, served[g], spare, g), str(r.config_id), float(r.cap_rps)))
-            need = rate
-            for _d, _s, g, k, cap in sorted(options):
-                spare = ep.n[g] - load.get(g, 0.0)
-                take = min(need, spare * cap)
-                if take <= EPS:
-                    continue
-                x_new[k] = x_new.get(k, 0.0) + take
-                groups[k] = g
-                load[g] = load.get(g, 0.0) + take / cap
-                need -= take
-                if need <= EPS * max(1.0, rate):
-                    break
+            offers = [(g, k, cap) for _d, _s, g, k, cap in sorted(options)]
+            need = _fill(rate, offers, ep.n, x_new, groups, load)
             if need > EPS * max(1.0, rate):
                 left.add(b)
         if b in left:
@@ -181,16 +196,5 @@ def route_tail_commit(
         if sum(room.values()) < rate * (1 - EPS):
             left.add(b)
             continue
-        need = rate
-        for key, k, cap in sorted(first.values()):
-            g = key[2]
-            take = min(need, max(n[g] - load.get(g, 0.0), 0.0) * cap)
-            if take <= EPS:
-                continue
-            x_new[k] = x_new.get(k, 0.0) + take
-            routes[k] = g
-            load[g] = load.get(g, 0.0) + take / cap
-            need -= take
-            if need <= EPS * max(1.0, rate):
-                break
+        _fill(rate, [(key[2], k, cap) for key, k, cap in sorted(first.values())], n, x_new, routes, load)
     return x_new, routes, left
