@@ -606,10 +606,15 @@ def default_held_out_path() -> Path:
     return Path(str(resources.files("neuscale_opt.data").joinpath("measured/extra_points.csv")))
 
 
+def _text_table(summary: pd.DataFrame, tail: str) -> str:
+    """A summary frame as plain text (3 significant digits), then its closing line."""
+    with pd.option_context("display.width", 200, "display.float_format", "{:.3g}".format):
+        body = summary.to_string(index=False)
+    return body + "\n" + tail + "\n"
+
+
 def held_out_table(h: HeldOut) -> str:
     """Plain-text table of a :class:`HeldOut` check."""
-    with pd.option_context("display.width", 200, "display.float_format", "{:.3g}".format):
-        body = h.summary.to_string(index=False)
     t = h.totals
     tail = (
         f"held-out ({Path(h.measurements.path).name}, not fitted on): {int(t['n'])} points, MAPE uncalibrated "
@@ -617,7 +622,7 @@ def held_out_table(h: HeldOut) -> str:
         f"fixed-length known-batch TTFT/TPOT {int(t['n_fixed'])} points: uncalibrated "
         f"{t['mape_fixed_before_pct']:.1f} %, calibrated {t['mape_fixed_after_pct']:.1f} %"
     )
-    return body + "\n" + tail + "\n"
+    return _text_table(h.summary, tail)
 
 
 # --------------------------------------------------------------------------------------------
@@ -765,12 +770,10 @@ def chip_calibration(
 
 def summary_table(cal: Calibration) -> str:
     """Plain-text table of the per chip x metric summary and the target figures."""
-    with pd.option_context("display.width", 200, "display.float_format", "{:.3g}".format):
-        body = cal.summary.to_string(index=False)
     t = cal.target
     tail = (
         f"fixed-length known-batch TTFT/TPOT points: {int(t['n_fixed'])}; MAPE uncalibrated "
         f"{t['mape_fixed_before_pct']:.1f} %, fitted {t['mape_fixed_after_pct']:.1f} %, "
         f"leave-one-source-out {t['mape_fixed_cv_pct']:.1f} %"
     )
-    return body + "\n" + tail + "\n"
+    return _text_table(cal.summary, tail)
