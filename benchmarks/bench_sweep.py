@@ -88,8 +88,18 @@ def one_run(prepared, workers: int, scheduler: str) -> dict:
         "mean_solve_s": float(solve.mean()),
         "in_task_overhead_s": float((task - solve).mean()),
         "executor_overhead_s": wall * workers / len(rows) - float(task.mean()),
-        "objectives": rows["objective"].round(3).tolist(),
+        "rows": _fingerprint(rows),
     }
+
+
+def _fingerprint(rows) -> list[tuple]:
+    """What must be equal between runs: per scenario its id, status, objective, bound and vPods
+    (NaN written as None, so that an infeasible scenario compares equal to itself)."""
+    out = []
+    for r in rows.itertuples(index=False):
+        nums = tuple(None if x != x else round(float(x), 6) for x in (r.objective, r.bound))
+        out.append((str(r.scenario_id), str(r.status), *nums, str(r.vpods)))
+    return out
 
 
 def run(scenarios: int, workers: list[int], scheduler: str, repeats: int = 1) -> dict:
@@ -109,8 +119,8 @@ def run(scenarios: int, workers: list[int], scheduler: str, repeats: int = 1) ->
                 f"load {r['load_before']} -> {r['load_after']}",
                 flush=True,
             )
-    objs = [tuple(r.pop("objectives")) for r in out["runs"]]
-    out["same_rows"] = all(o == objs[0] for o in objs)
+    prints = [r.pop("rows") for r in out["runs"]]
+    out["same_rows"] = all(p == prints[0] for p in prints)
     keys = ("wall_s", "speedup", "mean_task_s", "mean_solve_s", "in_task_overhead_s", "executor_overhead_s")
     out["median"] = [
         {"workers": w, **{k: statistics.median(r[k] for r in out["runs"] if r["workers"] == w) for k in keys}}
@@ -131,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     res = run(args.scenarios, args.workers, args.scheduler, args.repeats)
     print(
         f"{res['scenarios']} scenarios, scheduler {res['scheduler']}, medians of {res['repeats']} repeat(s); "
-        f"identical objectives: {res['same_rows']}"
+        f"identical rows (id, status, objective, bound, vPods): {res['same_rows']}"
     )
     print("workers  wall_s  speedup  task_s  solve_s  in-task overhead_s  executor overhead_s (per scenario)")
     for r in res["median"]:

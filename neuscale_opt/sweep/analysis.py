@@ -126,13 +126,14 @@ def stability(rows: pd.DataFrame, prepared: Prepared) -> Stability:
 class RobustPlans:
     """``objectives``: candidate x scenario objective of holding the candidate's vPods (``inf`` =
     cannot carry the scenario's demand); ``summary``: per candidate its worst-case and expected
-    regret, expected objective and the scenarios it is infeasible in."""
+    regret, expected objective and the scenarios it is infeasible in. With no solved scenario
+    there is no candidate: the frames are empty and ``minimax`` / ``min_expected`` are ``None``."""
 
     candidates: pd.DataFrame  # candidate, vpods, optimum_in
     objectives: pd.DataFrame
     summary: pd.DataFrame
-    minimax: str
-    min_expected: str
+    minimax: str | None
+    min_expected: str | None
     milp: Any  # RobustResult or None
     milp_scenarios: tuple[str, ...]
 
@@ -162,6 +163,9 @@ def candidate_plans(rows: pd.DataFrame, limit: int) -> pd.DataFrame:
     )
 
 
+SUMMARY_COLUMNS = ("worst_regret", "expected_regret", "expected_objective", "infeasible_in")
+
+
 def robust_plans(prepared: Prepared, rows: pd.DataFrame, workers: int = 1, scheduler: str = "processes") -> RobustPlans:
     """Solve the scenario-based MILP, hold every candidate in every scenario, rank by regret."""
     from neuscale_opt.alloc.options import PlanOptions
@@ -181,6 +185,9 @@ def robust_plans(prepared: Prepared, rows: pd.DataFrame, workers: int = 1, sched
         if milp.vpods or milp.status in PLAN_STATUSES:
             extra = pd.DataFrame({"candidate": ["robust MILP"], "vpods": [vpods_json(milp.vpods)], "optimum_in": [""]})
             cands = pd.concat([cands, extra], ignore_index=True)
+    if not len(cands):
+        empty = pd.DataFrame(columns=["candidate", *SUMMARY_COLUMNS])
+        return RobustPlans(cands, pd.DataFrame(), empty, None, None, milp, tuple(t.scenario_id for t in chosen))
     plans = tuple(cands["vpods"])
     jobs = [job_of(t) for t in prepared.tasks]
     results = execute(prepared, jobs, cross_rows, plans, workers=workers, scheduler=scheduler)
@@ -224,6 +231,8 @@ def advantage(rows: pd.DataFrame, method: str = "homogeneous") -> dict[str, Any]
         "nominal": float(ok.loc[ok["scenario_id"] == NOMINAL, col].iloc[0])
         if (ok["scenario_id"] == NOMINAL).any()
         else math.nan,
-        "survives": bool(len(finite) == 0 or finite.min() > 1.0 + 1e-9),
+        # with no MILP plan at all there is nothing to survive; where only the baseline has none,
+        # the MILP's plan is the only one and counts as better
+        "survives": bool(len(ok) > 0 and (len(finite) == 0 or finite.min() > 1.0 + 1e-9)),
         "share_better": float(((r > 1.0 + 1e-9) | ~np.isfinite(r)).mean()) if len(r) else math.nan,
     }

@@ -16,6 +16,7 @@ import pandas as pd
 
 from neuscale_opt.io import write_json
 from neuscale_opt.sweep.analysis import RobustPlans, advantage, solved, stability, tornado
+from neuscale_opt.sweep.designs import NOMINAL
 from neuscale_opt.sweep.run import Prepared
 
 UNITS = {"energy": "J", "cost": "USD", "carbon": "kgCO2e"}
@@ -72,6 +73,21 @@ def tornado_chart(tables: dict[str, pd.DataFrame], path: Path) -> None:
     plt.close(fig)
 
 
+def _unsolved_lines(rows: pd.DataFrame, ok: pd.DataFrame) -> list[str]:
+    """The scenarios without a MILP plan, grouped by the reason their row gives (most frequent first)."""
+    rest = rows[~rows["scenario_id"].isin(ok["scenario_id"])]
+    if not len(rest):
+        return []
+    reasons = rest["error"].fillna("").astype(str).where(lambda e: e != "", rest["status"].astype(str))
+    counts = reasons.value_counts(sort=False)
+    order = sorted(counts.index, key=lambda r: (-int(counts[r]), r))
+    lines = [f"Scenarios without a MILP plan: {len(rest)} of {len(rows)}:", ""]
+    for r in order:
+        ids = " ".join(rest.loc[reasons == r, "scenario_id"].astype(str))
+        lines.append(f"* {int(counts[r])} ({ids}): {r}")
+    return [*lines, ""]
+
+
 def write_sweep_report(prepared: Prepared, rows: pd.DataFrame, out: str | Path, robust: RobustPlans | None) -> Path:
     """Analyse ``rows`` and write the report files into ``out``; returns the Markdown path."""
     out = Path(out)
@@ -87,6 +103,7 @@ def write_sweep_report(prepared: Prepared, rows: pd.DataFrame, out: str | Path, 
     st.by_parameter.to_csv(out / "stability.csv", index=False)
     st.mixes.to_csv(out / "mixes.csv", index=False)
     ok = solved(rows)
+    nominal_solved = bool((ok["scenario_id"] == NOMINAL).any())
     regret = ok[["scenario_id", *(f"p:{p.label}" for p in spec.parameter), "objective", "nominal_objective", "regret"]]
     regret = regret.assign(relative_regret=regret["regret"] / regret["objective"])
     regret.to_csv(out / "regret.csv", index=False)
@@ -116,6 +133,7 @@ def write_sweep_report(prepared: Prepared, rows: pd.DataFrame, out: str | Path, 
         f"base instance `{prepared.base.name}`, objective {prepared.base.objective} ({unit}); "
         f"methods {', '.join(spec.methods)}.",
         "",
+        *_unsolved_lines(rows, ok),
         "## Parameters",
         "",
         _table(
@@ -141,9 +159,13 @@ def write_sweep_report(prepared: Prepared, rows: pd.DataFrame, out: str | Path, 
     lines += [
         "## Decision stability",
         "",
-        f"The nominal optimum holds **{st.nominal_mix}** (peak chips per generation); "
-        f"{len(st.mixes)} distinct mixes over the solved scenarios, the nominal one in "
-        f"{summary['nominal_mix_share']:.0%} of them.",
+        (
+            f"The nominal optimum holds **{st.nominal_mix}** (peak chips per generation); "
+            f"{len(st.mixes)} distinct mixes over the solved scenarios, the nominal one in "
+            f"{summary['nominal_mix_share']:.0%} of them."
+            if nominal_solved
+            else f"The nominal scenario has no MILP plan; {len(st.mixes)} distinct mixes over the solved scenarios."
+        ),
         "",
         _table(st.mixes),
         "Nearest values to nominal at which the mix changes (n/a: it does not change on that side):",
@@ -151,11 +173,15 @@ def write_sweep_report(prepared: Prepared, rows: pd.DataFrame, out: str | Path, 
         _table(st.changes),
         "## Regret of the nominal plan",
         "",
-        "The nominal optimum's vPods held in each scenario, demand re-routed over them, minus that "
-        "scenario's optimum (`regret.csv`; inf: the nominal vPods cannot carry the scenario's demand "
-        f"within its SLO). Largest regret {_fmt(summary['nominal_regret_max'])} {unit}, mean over the "
-        f"scenarios it can serve {_fmt(summary['nominal_regret_mean'])} {unit}; it cannot serve "
-        f"{summary['nominal_infeasible_in']} scenario(s).",
+        (
+            "The nominal optimum's vPods held in each scenario, demand re-routed over them, minus that "
+            "scenario's optimum (`regret.csv`; inf: the nominal vPods cannot carry the scenario's demand "
+            f"within its SLO). Largest regret {_fmt(summary['nominal_regret_max'])} {unit}, mean over the "
+            f"scenarios it can serve {_fmt(summary['nominal_regret_mean'])} {unit}; it cannot serve "
+            f"{summary['nominal_infeasible_in']} scenario(s)."
+            if nominal_solved
+            else "Not measured: the nominal scenario has no MILP plan to hold in the others."
+        ),
         "",
     ]
     if robust is not None:
@@ -179,8 +205,12 @@ def write_sweep_report(prepared: Prepared, rows: pd.DataFrame, out: str | Path, 
             + ", minimum expected objective). Each is held in every scenario with the demand re-routed "
             "(`robust.csv`).",
             "",
-            _table(robust.summary),
-            f"Least worst-case regret: **{robust.minimax}**; least expected regret: **{robust.min_expected}**."
+            _table(robust.summary) if len(robust.summary) else "No scenario has a MILP plan: there is no candidate.\n",
+            (
+                f"Least worst-case regret: **{robust.minimax}**; least expected regret: **{robust.min_expected}**."
+                if robust.minimax is not None
+                else "No robust plan: no scenario optimum to hold and none found by the scenario MILP."
+            )
             + (
                 ""
                 if rb is None
@@ -195,6 +225,9 @@ def write_sweep_report(prepared: Prepared, rows: pd.DataFrame, out: str | Path, 
         lines += ["## Does the MILP's advantage survive?", ""]
         for m, a in adv.items():
             if not a:
+                continue
+            if not a["scenarios"]:
+                lines.append(f"* over **{m}**: not measured: no scenario has a MILP plan.")
                 continue
             verdict = "survives across the whole sweep" if a["survives"] else "does not survive everywhere"
             lines.append(

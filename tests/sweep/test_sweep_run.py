@@ -215,3 +215,29 @@ def test_robust_plans_and_report(spec_path, pool_rows, tmp_path):
     reg = pd.read_csv(out / "regret.csv")
     assert reg.loc[reg["scenario_id"] == "nominal", "regret"].iloc[0] == 0
     assert (reg["regret"].astype(float) >= -1e-6 * reg["objective"]).all()
+
+
+def test_a_sweep_without_any_plan_reports_why_instead_of_failing(tmp_path, capsys):
+    # Every scenario asks for 400x the small instance's traffic: no scenario, not even the nominal
+    # one, has a plan. The sweep must still finish with its report (no robust plan, no advantage,
+    # each scenario's reason given) instead of failing in the analysis.
+    spec = tmp_path / "none.toml"
+    spec.write_text(
+        f'name = "none"\nbase = "{SMALL}"\ndesign = "grid"\nmethods = ["milp", "homogeneous"]\n'
+        'time_limit_s = 30\n[set]\n"workload.rate_scale" = 400.0\n'
+        '[[parameter]]\nname = "slo"\npath = "slo.multiplier"\nvalues = [3.0]\n',
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--out", str(out), "--scheduler", "local", "--quiet"]) == 0
+    assert "statuses {'infeasible': 2}" in capsys.readouterr().out
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "Scenarios without a MILP plan: 2 of 2" in md
+    assert md.count("but the whole inventory serves at most") == 2  # the planner's own diagnosis, per scenario
+    assert "The nominal scenario has no MILP plan" in md
+    assert "No robust plan" in md
+    assert "over **homogeneous**: not measured: no scenario has a MILP plan." in md
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["solved"] == 0
+    assert summary["advantage"]["homogeneous"]["survives"] is False
+    assert summary["robust"]["minimax_regret"] is None and summary["robust"]["candidates"] == []
