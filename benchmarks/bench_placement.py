@@ -80,11 +80,24 @@ def _failures(rng: random.Random, dims: tuple[int, ...], n: int) -> list[list[in
     return [list(c) for c in sorted(out)]
 
 
-def large_fleet(seed: int, failed: int):
-    """The 27,392-chip fleet; failures spread over pods in proportion to their chips."""
+FLEETS: dict[str, list[tuple[str, tuple[int, ...]]]] = {
+    # 48 v5e pods, 8 v6e pods, one v4 pod of 64 cubes, one v5p pod of 140 cubes: 27,392 chips
+    "27k": [("tpu-v5e", (16, 16))] * 48
+    + [("tpu-v6e", (16, 16))] * 8
+    + [("tpu-v4", (16, 16, 16)), ("tpu-v5p", (16, 20, 28))],
+    # 384 v5e pods, 256 v6e pods, 16 v4 and 8 v5p pods of 64 cubes (16x16x16): 2^18 = 262,144 chips
+    "262k": [("tpu-v5e", (16, 16))] * 384
+    + [("tpu-v6e", (16, 16))] * 256
+    + [("tpu-v4", (16, 16, 16))] * 16
+    + [("tpu-v5p", (16, 16, 16))] * 8,
+}
+
+
+def large_fleet(seed: int, failed: int, fleet_name: str = "27k"):
+    """A fleet of :data:`FLEETS`; ``failed`` chips at random, spread over pods in proportion to
+    their chips."""
     rng = random.Random(seed)
-    pods = [("tpu-v5e", (16, 16))] * 48 + [("tpu-v6e", (16, 16))] * 8
-    pods += [("tpu-v4", (16, 16, 16)), ("tpu-v5p", (16, 20, 28))]
+    pods = FLEETS[fleet_name]
     total = sum(math.prod(d) for _, d in pods)
     per_pod = [0] * len(pods)
     for _ in range(failed):
@@ -142,8 +155,8 @@ def solve(m: pyo.ConcreteModel, gap: float = GAP, time_limit: float = 60.0) -> d
     return {"status": str(res.solver.termination_condition), "objective": lb, "bound": ub, "gap": gap, "solve_s": wall}
 
 
-def run_large(seed: int, failed: int) -> dict:
-    inst = large_fleet(seed, failed)
+def run_large(seed: int, failed: int, fleet_name: str = "27k") -> dict:
+    inst = large_fleet(seed, failed, fleet_name)
     t0 = time.perf_counter()
     groups = pod_states(inst)
     t1 = time.perf_counter()
@@ -225,8 +238,10 @@ def with_demand(inst, rates: dict[str, float], max_chips: int = MAX_CHIPS):
     return parse_instance(raw)
 
 
-def run_alloc_large(seed: int, failed: int, gap: float = GAP) -> dict:
-    inst = with_demand(large_fleet(seed, failed), LARGE_RATES_RPS)
+def run_alloc_large(seed: int, failed: int, gap: float = GAP, fleet_name: str = "27k") -> dict:
+    scale = sum(math.prod(d) for _, d in FLEETS[fleet_name]) / sum(math.prod(d) for _, d in FLEETS["27k"])
+    rates = {k: v * scale for k, v in LARGE_RATES_RPS.items()}  # demand grows with the fleet
+    inst = with_demand(large_fleet(seed, failed, fleet_name), rates)
     t0 = time.perf_counter()
     coeffs = build_coefficients(inst)
     t1 = time.perf_counter()
@@ -238,7 +253,7 @@ def run_alloc_large(seed: int, failed: int, gap: float = GAP) -> dict:
     t3 = time.perf_counter()
     res = solve_model(m, opts)
     t4 = time.perf_counter()
-    n = {str(g): round(v) for g, v in res.values["n_vpods"].items() if round(v) > 0}
+    n = {str(g): round(v) for g, v in res.values.get("n_vpods", {}).items() if round(v) > 0}
     placed = milp_placements(m, ctx, n)
     t5 = time.perf_counter()
     sol = solve_milp(coeffs, opts)  # the whole planner call: prepare, build, solve, realise, evaluate
@@ -263,6 +278,7 @@ def run_alloc_large(seed: int, failed: int, gap: float = GAP) -> dict:
         "t_realise_s": t5 - t4,
         "t_pipeline_s": t5 - t1,
         "t_solve_milp_s": t6 - t5,
+        "solve_status": res.status,
         "status": sol.status,
         "objective": sol.objective_value,
         "bound": sol.bound,
@@ -310,8 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--failed", type=int, default=300)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--fleet", choices=sorted(FLEETS), default="27k", help="the large fleet (default 27k)")
+    ap.add_argument("--only-large", action="store_true", help="sections 1 and 3 only (the large fleet)")
     args = ap.parse_args(argv)
-    large = run_large(args.seed, args.failed)
+    large = run_large(args.seed, args.failed, args.fleet)
     print(
         f"large fleet: {large['chips']} chips, {large['failed_chips']} failed, {large['pod_states']} pod states, "
         f"patterns {large['patterns']}, {large['integer_vars']} integer vars"
@@ -326,15 +344,16 @@ def main(argv: list[str] | None = None) -> int:
         f"  {large['vpods']} vPods on {large['chips_placed']} chips; independent check "
         f"{large['t_check_s']:.2f} s, {large['check_problems']} problems"
     )
-    small = run_small(args.seed)
-    for v in ("pattern", "exact"):
+    small = run_small(args.seed) if not args.only_large else None
+    for v in ("pattern", "exact") if small else ():
         s = small[v]
         print(
             f"small fleet {v:8s}: objective {s['objective']:.3f}, gap {100 * s['gap']:.4f} %, "
             f"{s['vars']} vars, build+solve {s['total_s']:.2f} s"
         )
-    print(f"  same optimum: {small['same_optimum']}")
-    al = run_alloc_large(args.seed, args.failed)
+    if small:
+        print(f"  same optimum: {small['same_optimum']}")
+    al = run_alloc_large(args.seed, args.failed, fleet_name=args.fleet)
     print(
         f"allocation MILP + placement, large fleet: {al['chips']} chips ({al['failed_chips']} failed), "
         f"{al['pod_states']} pod states, patterns {al['patterns']}, {al['groups']} vPod groups, "
@@ -351,14 +370,15 @@ def main(argv: list[str] | None = None) -> int:
         f"evaluation feasible={al['evaluation_feasible']} ({al['evaluation_placement']})"
     )
     print(f"  count-only plan: objective {al['count_only_objective']:.6g} J, chips {al['count_only_chips']}")
-    asmall = run_alloc_small(args.seed)
-    for v in ("none", "pattern", "exact"):
+    asmall = run_alloc_small(args.seed) if not args.only_large else None
+    for v in ("none", "pattern", "exact") if asmall else ():
         s = asmall[v]
         print(
             f"allocation MILP, small fleet, placement {v:8s}: {s['status']}, objective {s['objective']:.8g} J, "
             f"{s['vars']} vars, {s['rows']} rows, prepare+build+solve {s['total_s']:.2f} s"
         )
-    print(f"  same optimum (pattern vs exact): {asmall['same_optimum']}")
+    if asmall:
+        print(f"  same optimum (pattern vs exact): {asmall['same_optimum']}")
     if args.json:
         out = {"large": large, "small": small, "alloc_large": al, "alloc_small": asmall}
         args.json.write_text(json.dumps(out, indent=2, default=str))
