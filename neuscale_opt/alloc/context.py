@@ -110,8 +110,8 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
     """
     cfg = coeffs.configs
     keep = cfg["phase"].isin(phases_for(options.serving)).to_numpy() & meets_slo(cfg, coeffs.buckets).to_numpy()
-    cfg = cfg.iloc[np.flatnonzero(keep)].copy()
     if options.serving == "disaggregated":
+        cfg = cfg.iloc[np.flatnonzero(keep)].copy()
         chips = coeffs.chips.set_index("chip")
         bw = cfg["chip"].map(chips["dcn_bytes_per_s"]).astype(float) * cfg["chips_per_vpod"].astype(float)
         e_byte = cfg["chip"].map(chips["dcn_energy_j_per_byte"]).astype(float).fillna(0.0)
@@ -135,27 +135,29 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
         cfg["util"] = row_shares(cfg, coeffs, options)
         cfg["cap_rps"] = cfg["util"] * mu
         cfg = cfg[~late]
-    else:
+        cap = cfg["cap_rps"].to_numpy(dtype=float)
+        derived = {}
+    else:  # colocated: the derived columns are added once, to the final rows (one take of the table)
+        cfg = coeffs.configs if keep.all() else coeffs.configs.iloc[np.flatnonzero(keep)]
         util = np.asarray(row_shares(cfg, coeffs, options), dtype=float)
-        cfg["dcn_j_per_req"] = 0.0
-        cfg["kv_transfer_s"] = 0.0
-        cfg["util"] = util
-        cfg["cap_rps"] = util * cfg["max_rate_rps"].to_numpy(dtype=float)
-    cap = cfg["cap_rps"].to_numpy(dtype=float)
+        cap = util * cfg["max_rate_rps"].to_numpy(dtype=float)
+        derived = {"dcn_j_per_req": np.zeros(len(cfg)), "kv_transfer_s": np.zeros(len(cfg)), "util": util, "cap_rps": cap}
     rows = np.flatnonzero(cap > 0)
     ids = cfg["config_id"].to_numpy(dtype=object)[rows]
     order = rows[np.argsort(ids, kind="stable")]  # by config id, ties in table order (a stable sort)
-    return object_text(cfg.iloc[order].reset_index(drop=True))
+    out = cfg.iloc[order].reset_index(drop=True)
+    return object_text(out, {c: v[order] for c, v in derived.items()})
 
 
-def object_text(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with its text columns as numpy object columns (the same strings): the planner's working
-    tables are filtered and indexed many times per plan, which is several times faster on object
-    columns than on pandas 3's Arrow-backed strings (and a no-op on pandas 2)."""
+def object_text(df: pd.DataFrame, extra: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+    """``df`` with its text columns as numpy object columns (the same strings) and the ``extra``
+    columns added: the planner's working tables are filtered and indexed many times per plan,
+    which is several times faster on object columns than on pandas 3's Arrow-backed strings (a
+    no-op on pandas 2)."""
     text = [c for c, t in df.dtypes.items() if t != object and pd.api.types.is_string_dtype(t)]
-    if not text:
+    if not text and not extra:
         return df
-    return df.assign(**{c: df[c].to_numpy(dtype=object) for c in text})
+    return df.assign(**{**{c: df[c].to_numpy(dtype=object) for c in text}, **(extra or {})})
 
 
 def objective_coefficients(cfg: pd.DataFrame, coeffs: Coefficients, objective: str, epoch_s: float):
@@ -166,9 +168,14 @@ def objective_coefficients(cfg: pd.DataFrame, coeffs: Coefficients, objective: s
     ``phi_b c_k``."""
     busy, marginal = expected_energy_j_per_planned_req(cfg, coeffs.buckets, cfg["cap_rps"], cfg["dcn_j_per_req"])
     dyn = pd.Series(busy + marginal, index=cfg.index)
-    static_j = cfg["static_power_w"].astype(float).fillna(0.0) * epoch_s
-    price = cfg["price_usd_per_hour"].astype(float).fillna(0.0) * epoch_s / 3600.0
-    emb = cfg["embodied_kg_per_hour"].astype(float).fillna(0.0) * epoch_s / 3600.0
+
+    def col(name: str) -> pd.Series:  # NaN read as 0
+        v = np.nan_to_num(cfg[name].to_numpy(dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
+        return pd.Series(v, index=cfg.index)
+
+    static_j = col("static_power_w") * epoch_s
+    price = col("price_usd_per_hour") * epoch_s / 3600.0
+    emb = col("embodied_kg_per_hour") * epoch_s / 3600.0
     kg_per_j = coeffs.carbon_kg_per_kwh / J_PER_KWH
     if objective == "energy":
         return coeffs.pue * dyn, coeffs.pue * static_j
@@ -406,7 +413,9 @@ def build_context(
     dem = coeffs.demand[coeffs.demand["epoch"] == epoch]
     bucket_rate = {str(b): float(r) for b, r in dem.groupby("bucket")["rate_rps"].sum().items() if r > 0}
     cfg = prepared.configs
-    cfg = cfg[cfg["bucket"].isin(bucket_rate)].reset_index(drop=True)
+    demanded = cfg["bucket"].isin(bucket_rate).to_numpy()
+    if not demanded.all():  # else every row is demanded: the prepared table itself (never modified)
+        cfg = cfg.iloc[np.flatnonzero(demanded)].reset_index(drop=True)
     groups = _groups(cfg, options.variant)
     demand = {(b, p): r for b, r in bucket_rate.items() for p in phases_for(options.serving)}
     return EpochContext(
