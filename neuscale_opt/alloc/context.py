@@ -11,6 +11,7 @@ object; the symbols match ``formulations/allocation.md``. No Pyomo in here.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -145,19 +146,34 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
     rows = np.flatnonzero(cap > 0)
     ids = cfg["config_id"].to_numpy(dtype=object)[rows]
     order = rows[np.argsort(ids, kind="stable")]  # by config id, ties in table order (a stable sort)
-    out = cfg.iloc[order].reset_index(drop=True)
-    return object_text(out, {c: v[order] for c, v in derived.items()})
+    return take_rows(cfg, order, {c: v[order] for c, v in derived.items()})
 
 
-def object_text(df: pd.DataFrame, extra: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
-    """``df`` with its text columns as numpy object columns (the same strings) and the ``extra``
-    columns added: the planner's working tables are filtered and indexed many times per plan,
-    which is several times faster on object columns than on pandas 3's Arrow-backed strings (a
-    no-op on pandas 2)."""
-    text = [c for c, t in df.dtypes.items() if t != object and pd.api.types.is_string_dtype(t)]
-    if not text and not extra:
-        return df
-    return df.assign(**{**{c: df[c].to_numpy(dtype=object) for c in text}, **(extra or {})})
+def take_rows(df: pd.DataFrame, rows: np.ndarray, extra: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+    """Rows ``rows`` of ``df`` (positions, a fresh 0..n-1 index) with the ``extra`` columns added
+    (replacing same-named ones in place), built as one frame; text columns become numpy object
+    columns (the same strings): the planner's working tables are filtered and indexed many times
+    per plan, several times faster on object columns than on pandas 3's Arrow-backed strings."""
+    cols: dict[str, object] = {}
+    for c, t in df.dtypes.items():
+        col = df[c]
+        if isinstance(t, np.dtype):
+            cols[c] = col.to_numpy()[rows]
+        elif pd.api.types.is_string_dtype(t):
+            cols[c] = col.array.take(rows).to_numpy(dtype=object)
+        else:
+            cols[c] = col.array.take(rows)
+    cols.update(extra or {})
+    # object columns stay object (a frame built from object arrays would infer strings anew)
+    index = pd.RangeIndex(len(rows))
+    cols = {
+        c: pd.Series(v, index=index, dtype=object, copy=False) if getattr(v, "dtype", None) == object else v
+        for c, v in cols.items()
+    }
+    out = pd.DataFrame(cols, index=index)
+    if df.attrs:
+        out.attrs = copy.deepcopy(df.attrs)
+    return out
 
 
 def objective_coefficients(cfg: pd.DataFrame, coeffs: Coefficients, objective: str, epoch_s: float):
@@ -567,7 +583,7 @@ def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
                 "for the pooled variant)",
                 where="coefficients.configs",
             )
-    return cfg[cols].iloc[first].reset_index(drop=True)
+    return cfg.iloc[first, [cfg.columns.get_loc(c) for c in cols]].reset_index(drop=True)
 
 
 def servable_table(ctx: EpochContext) -> dict[tuple[str, str], dict[str, float]]:

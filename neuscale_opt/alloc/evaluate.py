@@ -90,7 +90,6 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     rows.attrs = {}  # no metadata to carry through every operation below
     violations: list[str] = []
     table = coeffs.configs
-    chips = coeffs.chips.set_index("chip")
 
     # -- rows against the coefficient table ------------------------------------------------
     where = {cid: i for i, cid in enumerate(_strs(table["config_id"]))}
@@ -126,6 +125,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     mu = ref["max_rate_rps"].to_numpy(dtype=float)
     dcn_j = np.zeros(len(ref))
     if opts.serving == "disaggregated" and len(ref):
+        chips = coeffs.chips.set_index("chip")
         kv = ref["kv_bytes_per_req"].astype(float).fillna(0.0).to_numpy()
         bw = (
             ref["chip"].map(chips["dcn_bytes_per_s"]).astype(float).to_numpy()
@@ -281,7 +281,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         )
     epoch_cols = ["epoch", "energy_j", "cost_usd", "carbon_kg", "unserved_rps", "tokens"]
     by_epoch = (
-        pd.DataFrame({c: [r[c] for r in per_epoch] for c in epoch_cols})
+        pd.DataFrame({c: np.array([r[c] for r in per_epoch]) for c in epoch_cols})
         if per_epoch
         else pd.DataFrame(per_epoch, columns=epoch_cols)
     )
