@@ -61,6 +61,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from neuscale_opt.alloc.options import PlanOptions
@@ -224,7 +225,7 @@ def tidy_allocations(df: pd.DataFrame) -> pd.DataFrame:
     out.attrs = {}
     ints = ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods")
     out = out.assign(
-        **{c: out[c].astype(int) for c in ints},
+        **{c: out[c].astype(int) for c in ints if out[c].dtype != np.dtype(int)},
         rate_rps=[stable_float(float(x)) for x in out["rate_rps"].tolist()],
     )
     # sorted by ALLOC_SORT, ties in row order (a stable sort of the key tuples: the order of a
