@@ -189,7 +189,8 @@ def meets_slo(configs: pd.DataFrame, buckets: pd.DataFrame, rtol: float = 1e-9) 
     if len(where) != len(names):
         raise ValueError("buckets: a class is listed twice")
     missing = len(names)  # a class without a row in ``buckets`` reads the NaN row: no target
-    pos = np.fromiter((where.get(b, missing) for b in configs["bucket"].tolist()), dtype=np.int64, count=len(configs))
+    codes, classes = pd.factorize(configs["bucket"].to_numpy(dtype=object))
+    pos = np.array([where.get(b, missing) for b in classes] + [missing], dtype=np.int64)[codes]
     cols = [np.append(buckets[c].to_numpy(dtype=float), np.nan) for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s")]
     t = np.column_stack([c[pos] for c in cols]) if len(configs) else np.empty((0, 3))
     phase = configs["phase"].to_numpy()
