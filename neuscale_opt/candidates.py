@@ -442,7 +442,11 @@ def evaluate_grid(
     order.insert(list(frames[0]).index("phase"), "phase")
     df = pd.DataFrame(
         {
-            k: (pd.Series(cols[k], dtype=object) if getattr(cols[k], "dtype", None) == object else cols[k])
+            k: (
+                pd.Series(cols[k], dtype=object)
+                if isinstance(cols[k], np.ndarray) and cols[k].dtype.kind == "O"
+                else cols[k]
+            )
             for k in order
         }
     )

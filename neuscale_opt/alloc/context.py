@@ -142,7 +142,8 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
         cfg = coeffs.configs if keep.all() else coeffs.configs.iloc[np.flatnonzero(keep)]
         util = np.asarray(row_shares(cfg, coeffs, options), dtype=float)
         cap = util * cfg["max_rate_rps"].to_numpy(dtype=float)
-        derived = {"dcn_j_per_req": np.zeros(len(cfg)), "kv_transfer_s": np.zeros(len(cfg)), "util": util, "cap_rps": cap}
+        zero = np.zeros(len(cfg))
+        derived = {"dcn_j_per_req": zero, "kv_transfer_s": zero.copy(), "util": util, "cap_rps": cap}
     rows = np.flatnonzero(cap > 0)
     ids = cfg["config_id"].to_numpy(dtype=object)[rows]
     order = rows[np.argsort(ids, kind="stable")]  # by config id, ties in table order (a stable sort)
@@ -167,7 +168,9 @@ def take_rows(df: pd.DataFrame, rows: np.ndarray, extra: dict[str, np.ndarray] |
     # object columns stay object (a frame built from object arrays would infer strings anew)
     index = pd.RangeIndex(len(rows))
     cols = {
-        c: pd.Series(v, index=index, dtype=object, copy=False) if getattr(v, "dtype", None) == object else v
+        c: pd.Series(v, index=index, dtype=object, copy=False)
+        if isinstance(v, np.ndarray) and v.dtype.kind == "O"
+        else v
         for c, v in cols.items()
     }
     out = pd.DataFrame(cols, index=index)
