@@ -11,7 +11,7 @@ Measured 2026-12-01, shared 2-core machine at a load average of 9.2-9.7, the pre
 (``edbc489``) and the current one interleaved, CPU-time medians of 5 warm runs on the 180k-point
 grid: 0.36 / 0.39 s before (0.50 / 0.47 M points per CPU-s), 0.27 / 0.32 s after (0.66 / 0.56 M),
 an identical table (``pandas.testing.assert_frame_equal``, exact). The default instance's 16.5k
-points are dominated by reading and bucketing its trace (about 0.1 M points/s end to end). The
+points are dominated by reading and bucketing its trace (0.07 M points per CPU-s end to end). The
 1.5 M points/s target is not reached.
 """
 
