@@ -561,7 +561,8 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[st
         dom = covers & a_ok & chips_ok & h_ok & (strict | earlier)
         np.fill_diagonal(dom, False)
         keep[gi[~dom.any(axis=1)]] = True
-    return cfg[keep[g_idx]].reset_index(drop=True)
+    rows = keep[g_idx]
+    return cfg.reset_index(drop=True) if rows.all() else cfg[rows].reset_index(drop=True)
 
 
 def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
