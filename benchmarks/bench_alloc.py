@@ -11,6 +11,23 @@ Run: ``.venv/bin/python benchmarks/bench_alloc.py [--repeat N] [--json PATH]``
 
 Times are wall-clock medians over ``--repeat`` runs of the whole ``plan`` call (context, Pyomo
 build, solve, evaluation), single-threaded HiGHS.
+
+Measured 2026-12-01 on the shared 2-core machine, section 1 only (``--melange-only --repeat 7``),
+the previous code (``edbc489``) and the array-built fast path interleaved in one session, under a
+load average of 7.5-7.9 (every figure an upper bound; quiet figures are several times lower):
+
+=================  ===============  ===============  =====
+slice factor       before (median)  after (median)   ratio
+=================  ===============  ===============  =====
+continuous         0.459 / 0.441 s  0.216 / 0.235 s  2.0x
+1                  0.258 / 0.286 s  0.185 / 0.187 s  1.5x
+4                  0.275 / 0.305 s  0.182 / 0.202 s  1.5x
+=================  ===============  ===============  =====
+
+In CPU time of the process (less inflated by the other jobs; load 5.5-8.7) the call went from
+91-146 to 63-67 ms (continuous), 64-68 to 44-47 ms (S = 1), 69-81 to 47-52 ms (S = 4); HiGHS's
+own solve is about 13-20 ms of it. The 30 ms target is not shown on this loaded machine. Plans,
+objectives and bounds are unchanged (the standard form handed to HiGHS is identical).
 """
 
 from __future__ import annotations

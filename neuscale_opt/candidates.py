@@ -406,7 +406,8 @@ def evaluate_grid(
             )
         )
     nf = len(frames)
-    cols = {c: np.concatenate([np.asarray(f[c]) for f in frames]) for c in frames[0]}
+    cols = {c: np.concatenate([np.asarray(f[c]) for f in frames]) for c in frames[0] if c != "phase"}
+    cols["phase"] = text_column(np.array([f["phase"][0] for f in frames]), np.repeat(np.arange(nf), len(B)))
     n = len(B)
     chips_all = np.tile(chips_g, nf).astype(float)
     hbm_cap = np.tile(np.broadcast_to(hw_g.hbm_cap, (n,)), nf)
@@ -416,7 +417,7 @@ def evaluate_grid(
     emb = np.array([ctxs[c].embodied_kg_per_chip_hour for c in order])[chip_code]
     busy = cols["busy_s_per_req"]
     cols["memory_ok"] = cols["mem_bytes_per_chip"] <= hbm_cap
-    cols["bound"] = BOUNDS[cols["bound"]]
+    cols["bound"] = text_column(BOUNDS, cols["bound"])
     cols["static_power_w"] = chips_all * static_chip
     cols["price_usd_per_hour"] = chips_all * price
     cols["embodied_kg_per_hour"] = chips_all * emb
@@ -437,8 +438,33 @@ def evaluate_grid(
     cols["config_id"] = vt + bucket_names[np.tile(b_idx, nf)]
     # Text columns stay numpy object arrays: converting 10^5 strings to Arrow costs more than the
     # roofline itself, and object columns compare and group the same.
-    df = pd.DataFrame({k: (pd.Series(v, dtype=object) if v.dtype == object else v) for k, v in cols.items()})
+    order = [*(c for c in frames[0] if c != "phase"), *(c for c in cols if c not in frames[0])]
+    order.insert(list(frames[0]).index("phase"), "phase")
+    df = pd.DataFrame(
+        {
+            k: (
+                pd.Series(cols[k], dtype=object)
+                if isinstance(cols[k], np.ndarray) and cols[k].dtype.kind == "O"
+                else cols[k]
+            )
+            for k in order
+        }
+    )
     return df
+
+
+def text_column(values: np.ndarray, codes: np.ndarray):
+    """``values[codes]`` as the text column pandas makes of an array of those strings (Arrow-backed
+    strings on pandas 3, objects on pandas 2), built by a take of the few distinct values instead
+    of converting every string of the grid."""
+    probe = pd.Series(list(values))
+    dtype = probe.dtype
+    if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
+        import pyarrow as pa
+
+        taken = pa.chunked_array(probe.array.__arrow_array__()).combine_chunks().take(pa.array(codes))
+        return pd.array(taken, dtype=dtype)
+    return probe.to_numpy(dtype=object)[codes]
 
 
 def _energy_columns(
@@ -719,13 +745,17 @@ def candidates(inst: Instance) -> CandidateSet:
         raise InputError("no candidate configuration (check fleet, search and workload)", where="search")
     df["slo_ok"] = meets_slo(df, buckets).to_numpy()
     df["feasible"] = df["memory_ok"] & df["slo_ok"] & (df["max_rate_rps"] > 0)
-    df["energy_profile"] = df["chip"].map({c: ctxs[c].energy_profile for c in ctxs})
-    feas = df[df["feasible"]]
-    df["pareto_energy"] = False
-    df["pareto_cost"] = False
-    if not feas.empty:
-        df.loc[feas.index, "pareto_energy"] = pareto_mask(feas, "energy_j_per_req")
-        df.loc[feas.index, "pareto_cost"] = pareto_mask(feas, "cost_usd_per_req")
+    chip_codes, chip_names = pd.factorize(df["chip"].to_numpy(dtype=object))
+    profiles = np.array([ctxs[c].energy_profile if c in ctxs else None for c in chip_names] + [None], dtype=object)
+    df["energy_profile"] = text_column(profiles, chip_codes)  # codes -1 (no chip) read the last, None
+    rows = np.flatnonzero(df["feasible"].to_numpy(dtype=bool))
+    pareto = {"pareto_energy": np.zeros(len(df), dtype=bool), "pareto_cost": np.zeros(len(df), dtype=bool)}
+    if len(rows):
+        feas = df.iloc[rows][["bucket", "phase", "latency_s", "energy_j_per_req", "cost_usd_per_req"]]
+        pareto["pareto_energy"][rows] = pareto_mask(feas, "energy_j_per_req")
+        pareto["pareto_cost"][rows] = pareto_mask(feas, "cost_usd_per_req")
+    df["pareto_energy"] = pareto["pareto_energy"]
+    df["pareto_cost"] = pareto["pareto_cost"]
     notes = context_notes(model, buckets) + horizon_notes(inst, demand) + sizing_notes(demand)
     return CandidateSet(df, buckets, demand, slo_note, model, notes)
 

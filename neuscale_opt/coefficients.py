@@ -70,6 +70,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import pandas as pd
 
 from neuscale_opt.errors import InputError
@@ -151,7 +152,13 @@ class Coefficients:
 
     def inventory(self) -> dict[str, float]:
         """Healthy chips per generation (``math.inf`` where unlimited)."""
-        return {str(r.chip): float(r.healthy_chips) for r in self.chips.itertuples()}
+        return dict(
+            zip(
+                (str(c) for c in self.chips["chip"].tolist()),
+                (float(h) for h in self.chips["healthy_chips"].tolist()),
+                strict=True,
+            )
+        )
 
     def with_unlimited_inventory(self) -> Coefficients:
         """A copy with every generation's inventory set to infinity (the ``unlimited`` reference)."""
@@ -174,22 +181,29 @@ def meets_slo(configs: pd.DataFrame, buckets: pd.DataFrame, rtol: float = 1e-9) 
     """Boolean Series (aligned to ``configs``): does each configuration meet its class's SLO?
 
     Phase matters: a ``prefill`` vPod is held to the TTFT target only, a ``decode`` vPod to the TPOT
-    target only, a ``colocated`` vPod to all three (TTFT, TPOT, end-to-end).
+    target only, a ``colocated`` vPod to all three (TTFT, TPOT, end-to-end). A class absent from
+    ``buckets`` has no target. Plain numpy on the columns (the planner calls it on every plan).
     """
-    slo = buckets.set_index("bucket")[["ttft_slo_s", "tpot_slo_s", "e2e_slo_s"]]
-    t = slo.reindex(configs["bucket"]).to_numpy()
-    ttft_t, tpot_t, e2e_t = t[:, 0], t[:, 1], t[:, 2]
+    names = buckets["bucket"].tolist()
+    where = {b: i for i, b in enumerate(names)}
+    if len(where) != len(names):
+        raise ValueError("buckets: a class is listed twice")
+    missing = len(names)  # a class without a row in ``buckets`` reads the NaN row: no target
+    codes, classes = pd.factorize(configs["bucket"].to_numpy(dtype=object))
+    pos = np.array([where.get(b, missing) for b in classes] + [missing], dtype=np.int64)[codes]
+    cols = [np.append(buckets[c].to_numpy(dtype=float), np.nan) for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s")]
+    t = np.column_stack([c[pos] for c in cols]) if len(configs) else np.empty((0, 3))
     phase = configs["phase"].to_numpy()
 
-    def ok(value: pd.Series, target, applies) -> pd.Series:
-        v = value.to_numpy(dtype=float)
-        good = pd.isna(target) | (~applies) | (v <= target * (1 + rtol))
-        return good
+    def ok(col: str, target: np.ndarray, applies: np.ndarray) -> np.ndarray:
+        v = configs[col].to_numpy(dtype=float)
+        with np.errstate(invalid="ignore"):
+            return np.isnan(target) | ~applies | (v <= target * (1 + rtol))
 
     res = (
-        ok(configs["ttft_s"], ttft_t, phase != "decode")
-        & ok(configs["tpot_s"], tpot_t, phase != "prefill")
-        & ok(configs["e2e_s"], e2e_t, phase == "colocated")
+        ok("ttft_s", t[:, 0], phase != "decode")
+        & ok("tpot_s", t[:, 1], phase != "prefill")
+        & ok("e2e_s", t[:, 2], phase == "colocated")
     )
     return pd.Series(res, index=configs.index, name="slo_ok")
 

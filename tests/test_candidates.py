@@ -146,3 +146,34 @@ def test_gpu_vpods_beyond_a_node_pipeline_over_the_dcn():
     multi = t[t["chips_per_vpod"] > 8]
     assert (multi["tp"] <= 8).all() and (multi["pp"] % (multi["chips_per_vpod"] // 8) == 0).all()
     assert (multi["dcn_bytes"] > 0).all() and (t.loc[t["chips_per_vpod"] <= 8, "dcn_bytes"] == 0).all()
+
+
+def test_text_column_is_the_column_pandas_makes_of_the_strings():
+    from neuscale_opt.candidates import text_column
+
+    values = np.array(["colocated", "prefill", "decode"])
+    codes = np.array([2, 0, 0, 1, 2])
+    got = pd.Series(text_column(values, codes))
+    want = pd.Series(["decode", "colocated", "colocated", "prefill", "decode"])  # inferred by pandas
+    pd.testing.assert_series_equal(got, want, check_exact=True)
+    # a missing value (None) among the distinct values stays missing
+    got = pd.Series(text_column(np.array(["a", None], dtype=object), np.array([1, 0])))
+    pd.testing.assert_series_equal(got, pd.Series([None, "a"]), check_exact=True)
+
+
+def test_meets_slo_by_phase_and_missing_class():
+    buckets = pd.DataFrame(
+        {"bucket": ["a", "b"], "ttft_slo_s": [1.0, np.nan], "tpot_slo_s": [0.1, 0.1], "e2e_slo_s": [10.0, np.nan]}
+    )
+    configs = pd.DataFrame(
+        {
+            "bucket": ["a", "a", "a", "b", "zz"],
+            "phase": ["colocated", "prefill", "decode", "colocated", "colocated"],
+            "ttft_s": [0.5, 2.0, 2.0, 5.0, 9.0],
+            "tpot_s": [0.2, 9.0, 0.05, 0.1, 9.0],
+            "e2e_s": [5.0, np.nan, np.nan, 50.0, 99.0],
+        }
+    )
+    # row 0: TPOT 0.2 > 0.1; row 1: prefill held to TTFT only (2 > 1); row 2: decode to TPOT only;
+    # row 3: class b has a TPOT target only (0.1 meets it); row 4: class zz has no targets at all
+    assert meets_slo(configs, buckets).tolist() == [False, False, True, True, True]

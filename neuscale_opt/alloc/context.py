@@ -11,6 +11,7 @@ object; the symbols match ``formulations/allocation.md``. No Pyomo in here.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -109,14 +110,14 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
     "KV transfer"), and every row's rate is capped by its vPod's DCN bandwidth.
     """
     cfg = coeffs.configs
-    cfg = cfg[cfg["phase"].isin(phases_for(options.serving))]
-    cfg = cfg[meets_slo(cfg, coeffs.buckets)].copy()
-    chips = coeffs.chips.set_index("chip")
-    bw = cfg["chip"].map(chips["dcn_bytes_per_s"]).astype(float) * cfg["chips_per_vpod"].astype(float)
-    e_byte = cfg["chip"].map(chips["dcn_energy_j_per_byte"]).astype(float).fillna(0.0)
-    kv = cfg["kv_bytes_per_req"].astype(float).fillna(0.0)
-    mu = cfg["max_rate_rps"].astype(float)
+    keep = cfg["phase"].isin(phases_for(options.serving)).to_numpy() & meets_slo(cfg, coeffs.buckets).to_numpy()
     if options.serving == "disaggregated":
+        cfg = cfg.iloc[np.flatnonzero(keep)].copy()
+        chips = coeffs.chips.set_index("chip")
+        bw = cfg["chip"].map(chips["dcn_bytes_per_s"]).astype(float) * cfg["chips_per_vpod"].astype(float)
+        e_byte = cfg["chip"].map(chips["dcn_energy_j_per_byte"]).astype(float).fillna(0.0)
+        kv = cfg["kv_bytes_per_req"].astype(float).fillna(0.0)
+        mu = cfg["max_rate_rps"].astype(float)
         cfg["dcn_j_per_req"] = kv * e_byte
         link_rate = np.where(kv > 0, bw / kv.where(kv > 0, 1.0), np.inf)
         mu = np.minimum(mu, link_rate)
@@ -135,13 +136,47 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
         cfg["util"] = row_shares(cfg, coeffs, options)
         cfg["cap_rps"] = cfg["util"] * mu
         cfg = cfg[~late]
-    else:
-        cfg["dcn_j_per_req"] = 0.0
-        cfg["kv_transfer_s"] = 0.0
-        cfg["util"] = row_shares(cfg, coeffs, options)
-        cfg["cap_rps"] = cfg["util"] * mu
-    cfg = cfg[cfg["cap_rps"] > 0]
-    return cfg.sort_values("config_id", kind="mergesort").reset_index(drop=True)
+        cap = cfg["cap_rps"].to_numpy(dtype=float)
+        derived = {}
+    else:  # colocated: the derived columns are added once, to the final rows (one take of the table)
+        cfg = coeffs.configs if keep.all() else coeffs.configs.iloc[np.flatnonzero(keep)]
+        util = np.asarray(row_shares(cfg, coeffs, options), dtype=float)
+        cap = util * cfg["max_rate_rps"].to_numpy(dtype=float)
+        zero = np.zeros(len(cfg))
+        derived = {"dcn_j_per_req": zero, "kv_transfer_s": zero.copy(), "util": util, "cap_rps": cap}
+    rows = np.flatnonzero(cap > 0)
+    ids = cfg["config_id"].to_numpy(dtype=object)[rows]
+    order = rows[np.argsort(ids, kind="stable")]  # by config id, ties in table order (a stable sort)
+    return take_rows(cfg, order, {c: v[order] for c, v in derived.items()})
+
+
+def take_rows(df: pd.DataFrame, rows: np.ndarray, extra: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+    """Rows ``rows`` of ``df`` (positions, a fresh 0..n-1 index) with the ``extra`` columns added
+    (replacing same-named ones in place), built as one frame; text columns become numpy object
+    columns (the same strings): the planner's working tables are filtered and indexed many times
+    per plan, several times faster on object columns than on pandas 3's Arrow-backed strings."""
+    cols: dict[str, object] = {}
+    for c, t in df.dtypes.items():
+        col = df[c]
+        if isinstance(t, np.dtype):
+            cols[c] = col.to_numpy()[rows]
+        elif pd.api.types.is_string_dtype(t):
+            cols[c] = col.array.take(rows).to_numpy(dtype=object)
+        else:
+            cols[c] = col.array.take(rows)
+    cols.update(extra or {})
+    # object columns stay object (a frame built from object arrays would infer strings anew)
+    index = pd.RangeIndex(len(rows))
+    cols = {
+        c: pd.Series(v, index=index, dtype=object, copy=False)
+        if isinstance(v, np.ndarray) and v.dtype.kind == "O"
+        else v
+        for c, v in cols.items()
+    }
+    out = pd.DataFrame(cols, index=index)
+    if df.attrs:
+        out.attrs = copy.deepcopy(df.attrs)
+    return out
 
 
 def objective_coefficients(cfg: pd.DataFrame, coeffs: Coefficients, objective: str, epoch_s: float):
@@ -152,9 +187,14 @@ def objective_coefficients(cfg: pd.DataFrame, coeffs: Coefficients, objective: s
     ``phi_b c_k``."""
     busy, marginal = expected_energy_j_per_planned_req(cfg, coeffs.buckets, cfg["cap_rps"], cfg["dcn_j_per_req"])
     dyn = pd.Series(busy + marginal, index=cfg.index)
-    static_j = cfg["static_power_w"].astype(float).fillna(0.0) * epoch_s
-    price = cfg["price_usd_per_hour"].astype(float).fillna(0.0) * epoch_s / 3600.0
-    emb = cfg["embodied_kg_per_hour"].astype(float).fillna(0.0) * epoch_s / 3600.0
+
+    def col(name: str) -> pd.Series:  # NaN read as 0
+        v = np.nan_to_num(cfg[name].to_numpy(dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
+        return pd.Series(v, index=cfg.index)
+
+    static_j = col("static_power_w") * epoch_s
+    price = col("price_usd_per_hour") * epoch_s / 3600.0
+    emb = col("embodied_kg_per_hour") * epoch_s / 3600.0
     kg_per_j = coeffs.carbon_kg_per_kwh / J_PER_KWH
     if objective == "energy":
         return coeffs.pue * dyn, coeffs.pue * static_j
@@ -250,9 +290,19 @@ def shared_groups(cfg: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
     type is in exactly one cluster, so a dedicated plan is a pooled plan (pooled is never worse)."""
     if cfg.empty:
         return pd.Series([], index=cfg.index, dtype=object)
-    b = cfg["bucket"].astype(str)
-    names = buckets["bucket"].astype(str).tolist()
-    classes = b.tolist()
+    vtype = [str(v) for v in cfg["vpod_type"].tolist()]
+    names = [str(x) for x in buckets["bucket"].tolist()]
+    classes = [str(x) for x in cfg["bucket"].tolist()]
+    # a vPod type none of whose classes has an SLO target shares whole: every check of rule SH1-SH3
+    # needs a target (profiled tables, e.g. Mélange's, have none)
+    targets = [c for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s") if c in buckets]
+    per_class = dict(zip(names, np.isnan(buckets[targets].to_numpy(dtype=float)).all(axis=1).tolist(), strict=True))
+    free = {v: True for v in vtype}
+    for v, c in zip(vtype, classes, strict=True):
+        if free[v] and not per_class.get(c, True):
+            free[v] = False
+    if all(free.values()):
+        return pd.Series(vtype, index=cfg.index, dtype=object)
 
     def col(frame_col: pd.Series) -> list[float]:
         return frame_col.astype(float).fillna(0.0).tolist()
@@ -271,13 +321,16 @@ def shared_groups(cfg: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
             slo_col("ttft_slo_s"), slo_col("tpot_slo_s"), slo_col("e2e_slo_s"), strict=True,
         )
     ]  # fmt: skip
-    vtype = cfg["vpod_type"].astype(str).tolist()
     phase = cfg["phase"].astype(str).tolist()
     by_type: dict[str, list[int]] = {}
     for i, v in enumerate(vtype):
         by_type.setdefault(v, []).append(i)
     out = [""] * len(rows)
     for vt, idx in by_type.items():
+        if free[vt]:
+            for i in idx:
+                out[i] = vt
+            continue
         idx.sort(key=lambda i: (rows[i].input_tokens, rows[i].bucket))
         start = 0
         for j in range(1, len(idx) + 1):
@@ -324,6 +377,8 @@ def _placed_shapes(cfg: pd.DataFrame, chips: set[str]) -> pd.Series:
     """Canonical shape string of each row of a placed generation (the name the placement layer counts),
     ``None`` elsewhere; an input error when a shape is not allowed on its generation."""
     out: list[str | None] = []
+    if not chips:
+        return pd.Series([None] * len(cfg), index=cfg.index, dtype=object)
     memo: dict[tuple[str, str], str] = {}
     for chip, shape in zip(cfg["chip"].astype(str), cfg["shape"].astype(str), strict=True):
         if chip not in chips:
@@ -377,7 +432,9 @@ def build_context(
     dem = coeffs.demand[coeffs.demand["epoch"] == epoch]
     bucket_rate = {str(b): float(r) for b, r in dem.groupby("bucket")["rate_rps"].sum().items() if r > 0}
     cfg = prepared.configs
-    cfg = cfg[cfg["bucket"].isin(bucket_rate)].reset_index(drop=True)
+    demanded = cfg["bucket"].isin(bucket_rate).to_numpy()
+    if not demanded.all():  # else every row is demanded: the prepared table itself (never modified)
+        cfg = cfg.iloc[np.flatnonzero(demanded)].reset_index(drop=True)
     groups = _groups(cfg, options.variant)
     demand = {(b, p): r for b, r in bucket_rate.items() for p in phases_for(options.serving)}
     return EpochContext(
@@ -456,6 +513,9 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[st
     cuts = np.flatnonzero(np.diff(part_code[order])) + 1
     for rows in np.split(order, cuts):
         gi, gl = np.unique(g_idx[rows], return_inverse=True)  # group codes sort as the names do
+        if len(gi) == 1:  # nothing of its partition to be dominated by
+            keep[gi] = True
+            continue
         _, bl = np.unique(b_idx[rows], return_inverse=True)
         shape = (len(gi), int(bl.max()) + 1)
 
@@ -501,7 +561,8 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[st
         dom = covers & a_ok & chips_ok & h_ok & (strict | earlier)
         np.fill_diagonal(dom, False)
         keep[gi[~dom.any(axis=1)]] = True
-    return cfg[keep[g_idx]].reset_index(drop=True)
+    rows = keep[g_idx]
+    return cfg.reset_index(drop=True) if rows.all() else cfg[rows].reset_index(drop=True)
 
 
 def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
@@ -509,24 +570,24 @@ def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
     cols = ["group", *GROUP_COLUMNS, "held_obj_per_vpod", "placed_shape", *bound_cols]
     if cfg.empty:
         return pd.DataFrame(columns=cols)
-    g = cfg[cols]
-    keys = [str(k) for k in g["group"].tolist()]
-    first: dict[str, int] = {}
-    for i, k in enumerate(keys):
-        first.setdefault(k, i)
+    keys = np.array([str(k) for k in cfg["group"].tolist()], dtype=object)
+    names, first, inverse = np.unique(keys, return_index=True, return_inverse=True)  # sorted keys
     if variant == "pooled":
         # one value per group of each per-vPod column (NaN counts as a value)
-        check = [g[c].tolist() for c in (*GROUP_COLUMNS[2:], "held_obj_per_vpod")]
-        values = [tuple("nan" if v != v else v for v in vals) for vals in zip(*check, strict=True)]
-        bad = sorted({k for i, k in enumerate(keys) if values[i] != values[first[k]]})
-        if bad:
+        bad_row = np.zeros(len(keys), dtype=bool)
+        for c in (*GROUP_COLUMNS[2:], "held_obj_per_vpod"):
+            v = cfg[c].to_numpy(dtype=float)
+            f = v[first][inverse]
+            bad_row |= ~((v == f) | (np.isnan(v) & np.isnan(f)))
+        if bad_row.any():
+            bad = sorted(set(keys[bad_row].tolist()))
             raise InputError(
                 f"vPod type {bad[0]!r} has different per-vPod columns across classes "
                 "(chips_per_vpod, static_power_w, price_usd_per_hour, embodied_kg_per_hour must agree "
                 "for the pooled variant)",
                 where="coefficients.configs",
             )
-    return g.iloc[[first[k] for k in sorted(first)]].reset_index(drop=True)
+    return cfg.iloc[first, [cfg.columns.get_loc(c) for c in cols]].reset_index(drop=True)
 
 
 def servable_table(ctx: EpochContext) -> dict[tuple[str, str], dict[str, float]]:
@@ -536,8 +597,8 @@ def servable_table(ctx: EpochContext) -> dict[tuple[str, str], dict[str, float]]
     cfg = ctx.configs
     out: dict[tuple[str, str], dict[str, float]] = {}
     for b, p, chip, per_vpod, cap in zip(
-        cfg["bucket"].astype(str), cfg["phase"].astype(str), cfg["chip"].astype(str),
-        cfg["chips_per_vpod"].astype(float), cfg["cap_rps"].astype(float), strict=True,
+        map(str, cfg["bucket"].tolist()), map(str, cfg["phase"].tolist()), map(str, cfg["chip"].tolist()),
+        map(float, cfg["chips_per_vpod"].tolist()), map(float, cfg["cap_rps"].tolist()), strict=True,
     ):  # fmt: skip
         inv = ctx.inventory.get(chip, 0.0)
         rate = math.inf if math.isinf(inv) else math.floor(inv / per_vpod + 1e-9) * cap

@@ -90,7 +90,6 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     rows.attrs = {}  # no metadata to carry through every operation below
     violations: list[str] = []
     table = coeffs.configs
-    chips = coeffs.chips.set_index("chip")
 
     # -- rows against the coefficient table ------------------------------------------------
     where = {cid: i for i, cid in enumerate(_strs(table["config_id"]))}
@@ -126,6 +125,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     mu = ref["max_rate_rps"].to_numpy(dtype=float)
     dcn_j = np.zeros(len(ref))
     if opts.serving == "disaggregated" and len(ref):
+        chips = coeffs.chips.set_index("chip")
         kv = ref["kv_bytes_per_req"].astype(float).fillna(0.0).to_numpy()
         bw = (
             ref["chip"].map(chips["dcn_bytes_per_s"]).astype(float).to_numpy()
@@ -148,9 +148,9 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     keys = [f"{e}|{g}" for e, g in zip(_strs(rows["epoch"]), group_col, strict=True)]
     busy_j = busy_energy_rate_w(ref, arriving, n_v, keys)
     dyn_j = busy_j + (marg_j + dcn_j) * arriving
-    static_w = ref["static_power_w"].astype(float).fillna(0.0).to_numpy()
-    price_h = ref["price_usd_per_hour"].astype(float).fillna(0.0).to_numpy()
-    emb_h = ref["embodied_kg_per_hour"].astype(float).fillna(0.0).to_numpy()
+    static_w = np.nan_to_num(ref["static_power_w"].to_numpy(dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
+    price_h = np.nan_to_num(ref["price_usd_per_hour"].to_numpy(dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
+    emb_h = np.nan_to_num(ref["embodied_kg_per_hour"].to_numpy(dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
 
     # -- groups: one count per (epoch, vpod_group), capacity ---------------------------------
     epochs_int = [int(e) for e in epoch_col.tolist()]
@@ -182,18 +182,20 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         cap = inventory.get(str(c), 0.0)
         if not math.isinf(cap) and not _rel_ok(used, cap):
             violations.append(f"epoch {e}: {c} uses {used:.0f} chips of {cap:.0f} healthy")
-    groups = pd.DataFrame(
-        {
-            "epoch": [k[0] for k in gkeys],
-            "vpod_group": [k[1] for k in gkeys],
-            "n": g_n,
-            "chip": g_chip,
-            "shape": [row_shape[i] for i in first],
-        }
-    )
-
     # -- placement ----------------------------------------------------------------------------
-    placement_status, unplaced, problems = _check_placement(solution, coeffs, groups)
+    if coeffs.pods is None or len(coeffs.pods) == 0:  # nothing to place
+        placement_status, unplaced, problems = "not applicable", (), []
+    else:
+        groups = pd.DataFrame(
+            {
+                "epoch": [k[0] for k in gkeys],
+                "vpod_group": [k[1] for k in gkeys],
+                "n": g_n,
+                "chip": g_chip,
+                "shape": [row_shape[i] for i in first],
+            }
+        )
+        placement_status, unplaced, problems = _check_placement(solution, coeffs, groups)
     violations.extend(problems)
 
     # -- coverage ---------------------------------------------------------------------------
@@ -277,7 +279,12 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
                 "energy_dynamic_j": e_dyn,
             }
         )
-    by_epoch = pd.DataFrame(per_epoch, columns=["epoch", "energy_j", "cost_usd", "carbon_kg", "unserved_rps", "tokens"])
+    epoch_cols = ["epoch", "energy_j", "cost_usd", "carbon_kg", "unserved_rps", "tokens"]
+    by_epoch = (
+        pd.DataFrame({c: np.array([r[c] for r in per_epoch]) for c in epoch_cols})
+        if per_epoch
+        else pd.DataFrame(per_epoch, columns=epoch_cols)
+    )
     peak: dict[str, float] = {}
     for (_e, c), used in zip(ckeys, used_chips.tolist(), strict=True):
         peak[str(c)] = max(peak.get(str(c), -math.inf), used)
@@ -334,6 +341,8 @@ def _check_placement(
 ) -> tuple[str, tuple[str, ...], list[str]]:
     """(status, unplaced generations, violations) of the plan's placements; see the module docstring."""
     pods = placed_pods(coeffs)
+    if not pods:
+        return "not applicable", (), []
     gens = {st.chip for st in pods.values()}
     held = groups[(groups["n"].astype(float) > 0) & groups["chip"].astype(str).isin(gens)]
     if held.empty:

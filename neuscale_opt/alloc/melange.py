@@ -403,11 +403,27 @@ class MelangeResult:
         )
 
 
+def _solved_with(solved: Solution | None, options: PlanOptions) -> Solution | None:
+    """``solved`` when it is the MILP plan of these options (its own options carry the resolved
+    default penalty, which ``options`` leaves to the planner), else None."""
+    if solved is None or solved.method != "milp" or not solved.has_plan:
+        return None
+    mine = solved.options
+    if options.unserved_penalty is None:
+        mine = mine.replace(unserved_penalty=None)
+    return solved if mine.planning_dict() == options.planning_dict() else None
+
+
 def solve_melange(
-    cfg: MelangeConfig, slice_factor: int | None = None, options: PlanOptions | None = None
+    cfg: MelangeConfig,
+    slice_factor: int | None = None,
+    options: PlanOptions | None = None,
+    solved: Solution | None = None,
 ) -> MelangeResult:
     """Plan a Mélange configuration both ways: the exact continuous-share optimum and Mélange's
     slice answer with ``slice_factor`` slices (default the configuration's own ``slice_factor``).
+    ``solved``: a plan already made of this configuration's coefficients (``plan CONFIG.json``),
+    used for whichever answer it is (same options) instead of solving it again.
 
     Raises :class:`~neuscale_opt.errors.InfeasibleError` naming the bucket that no accelerator
     type can serve (a configuration that is valid but cannot be covered).
@@ -418,10 +434,11 @@ def solve_melange(
     base = melange_to_profile(cfg)
     opts = options or PlanOptions.from_instance(base)
     coeffs = profile_coefficients(base)
-    exact = plan(coeffs, opts.replace(slice_factor=None), "milp")
+    exact_opts, sliced_opts = opts.replace(slice_factor=None), opts.replace(slice_factor=s)
+    exact = _solved_with(solved, exact_opts) or plan(coeffs, exact_opts, "milp")
     if exact.status == "infeasible":
         raise InfeasibleError(exact.diagnosis or "the configuration cannot be covered")
-    sliced = plan(coeffs, opts.replace(slice_factor=s), "milp")
+    sliced = _solved_with(solved, sliced_opts) or plan(coeffs, sliced_opts, "milp")
     if sliced.status == "infeasible":  # pragma: no cover - a slice of a coverable bucket fits one type
         raise InfeasibleError(sliced.diagnosis or f"no slice-factor-{s} answer")
     return MelangeResult(exact=exact, sliced=sliced, slice_factor=int(s))

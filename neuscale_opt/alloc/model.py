@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 
 import pyomo.environ as pyo
+from pyomo.core.expr.numeric_expr import LinearExpression
 
 from neuscale_opt.alloc.context import EpochContext
 from neuscale_opt.topology.milp import add_placement_constraints
@@ -44,6 +45,14 @@ def _rows(m: pyo.ConcreteModel, ctx: EpochContext) -> _Rows:
     if not _LAST_ROWS or _LAST_ROWS[0][0] is not ctx:
         _LAST_ROWS[:] = [(ctx, _Rows(ctx))]
     return _LAST_ROWS[0][1]
+
+
+def _linear(coefs: list[float], variables: list) -> LinearExpression | float:
+    """``sum_i coefs[i] * variables[i]`` built directly as one linear expression node (no operator
+    overloading per term); 0.0 when there are no terms."""
+    if not variables:
+        return 0.0
+    return LinearExpression(linear_coefs=coefs, linear_vars=variables)
 
 
 def add_sets(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
@@ -102,10 +111,11 @@ def add_variables(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
         if not math.isinf(inv):
             ub = min(ub, math.floor(inv / rows.g_chips[g] + 1e-9))
         n_ub[g] = max(ub, 0)
-    m.n_vpods = pyo.Var(m.GROUPS, domain=pyo.NonNegativeIntegers, bounds=lambda _m, g: (0, n_ub[g]))
-    m.rate = pyo.Var(m.CONFIGS, domain=pyo.NonNegativeReals, bounds=lambda _m, k: (0, rate_ub[k]))
+    m.n_vpods = pyo.Var(m.GROUPS, domain=pyo.NonNegativeIntegers, bounds={g: (0, n_ub[g]) for g in m.GROUPS})
+    m.rate = pyo.Var(m.CONFIGS, domain=pyo.NonNegativeReals, bounds={k: (0, rate_ub[k]) for k in m.CONFIGS})
     if ctx.options.allow_unserved:
-        m.unserved = pyo.Var(m.BUCKETS, domain=pyo.NonNegativeReals, bounds=lambda _m, b: (0, ctx.bucket_rate[b]))
+        bounds = {b: (0, ctx.bucket_rate[b]) for b in m.BUCKETS}
+        m.unserved = pyo.Var(m.BUCKETS, domain=pyo.NonNegativeReals, bounds=bounds)
     if ctx.options.slice_factor is not None:
         s = int(ctx.options.slice_factor)
         m.slices = pyo.Var(m.CONFIGS, domain=pyo.NonNegativeIntegers, bounds=(0, s))
@@ -135,12 +145,12 @@ def add_demand_coverage(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     unserved = dict(m.unserved.items()) if hasattr(m, "unserved") else None
 
     def rule(_m: pyo.ConcreteModel, b: str, p: str):
-        served = sum(rate[k] for k in members[(b, p)])
+        terms = [rate[k] for k in members[(b, p)]]
         if unserved is not None:
-            served = served + unserved[b]
-        if isinstance(served, (int, float)):
+            terms.append(unserved[b])
+        if not terms:
             return pyo.Constraint.Infeasible
-        return served == ctx.demand[(b, p)]
+        return _linear([1.0] * len(terms), terms) == ctx.demand[(b, p)]
 
     m.demand_coverage = pyo.Constraint(m.COVER, rule=rule)
 
@@ -167,7 +177,8 @@ def add_vpod_capacity(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     n = dict(m.n_vpods.items())
 
     def rule(_m: pyo.ConcreteModel, g: str):
-        return sum(rate[k] * (1.0 / c) for k, c in members[g]) <= n[g]
+        terms = members[g]
+        return _linear([1.0 / c for _k, c in terms] + [-1.0], [rate[k] for k, _c in terms] + [n[g]]) <= 0.0
 
     m.vpod_capacity = pyo.Constraint(m.GROUPS, rule=rule)
 
@@ -191,7 +202,9 @@ def add_chip_inventory(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     n = dict(m.n_vpods.items())
 
     def rule(_m: pyo.ConcreteModel, c: str):
-        return sum(w * n[g] for g, w in members[c]) <= ctx.inventory[c]
+        if not members[c]:
+            return 0.0 <= ctx.inventory[c]
+        return _linear([w for _g, w in members[c]], [n[g] for g, _w in members[c]]) <= ctx.inventory[c]
 
     m.chip_inventory = pyo.Constraint(m.CHIPS, rule=rule)
 
@@ -238,14 +251,14 @@ def add_slice_assignment(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     rate, slices = dict(m.rate.items()), dict(m.slices.items())
 
     def rule(_m: pyo.ConcreteModel, k: str):
-        return rate[k] == (ctx.bucket_rate[bucket_of[k]] / s) * slices[k]
+        return _linear([1.0, -(ctx.bucket_rate[bucket_of[k]] / s)], [rate[k], slices[k]]) == 0.0
 
     m.slice_assignment = pyo.Constraint(m.CONFIGS, rule=rule)
     if hasattr(m, "unserved_slices"):
         unserved, unserved_slices = dict(m.unserved.items()), dict(m.unserved_slices.items())
 
         def rule_u(_m: pyo.ConcreteModel, b: str):
-            return unserved[b] == (ctx.bucket_rate[b] / s) * unserved_slices[b]
+            return _linear([1.0, -(ctx.bucket_rate[b] / s)], [unserved[b], unserved_slices[b]]) == 0.0
 
         m.unserved_slice_assignment = pyo.Constraint(m.BUCKETS, rule=rule_u)
 
@@ -293,11 +306,14 @@ def add_objective(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     rows = _rows(m, ctx)
     a, h = rows.a, rows.h
     rate, n = dict(m.rate.items()), dict(m.n_vpods.items())
-    m.served_term = pyo.Expression(expr=sum(t * a[k] * rate[k] for k in m.CONFIGS if a[k] != 0.0))
-    m.held_term = pyo.Expression(expr=sum(h[g] * n[g] for g in m.GROUPS if h[g] != 0.0))
+    served = [k for k in m.CONFIGS if a[k] != 0.0]
+    held = [g for g in m.GROUPS if h[g] != 0.0]
+    m.served_term = pyo.Expression(expr=_linear([t * a[k] for k in served], [rate[k] for k in served]))
+    m.held_term = pyo.Expression(expr=_linear([h[g] for g in held], [n[g] for g in held]))
     if hasattr(m, "unserved"):
         uns = dict(m.unserved.items())
-        m.unserved_term = pyo.Expression(expr=sum(t * ctx.penalty_per_req * uns[b] for b in m.BUCKETS))
+        pen = t * ctx.penalty_per_req
+        m.unserved_term = pyo.Expression(expr=_linear([pen] * len(m.BUCKETS), [uns[b] for b in m.BUCKETS]))
     else:
         m.unserved_term = pyo.Expression(expr=0.0)
     m.total_objective = pyo.Objective(expr=m.served_term + m.held_term + m.unserved_term, sense=pyo.minimize)

@@ -116,7 +116,9 @@ def _assemble(
             diagnosis = ep.diagnosis
         epochs.append({"epoch": ctx.epoch, "status": ep.status, **info})
     status = worst_status(e["status"] for e in epochs)
-    alloc = tidy_allocations(pd.DataFrame(rows, columns=list(ALLOC_COLUMNS))) if rows else empty_allocations()
+    alloc = empty_allocations()
+    if rows:
+        alloc = tidy_allocations(pd.DataFrame({c: [r[c] for r in rows] for c in ALLOC_COLUMNS}))
     unserved = tidy_unserved(pd.DataFrame(uns, columns=["epoch", "bucket", "unserved_rps"]))
     seconds = float(sum(e.get("solve_seconds", 0.0) for e in epochs))
     draft = Solution(

@@ -61,6 +61,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from neuscale_opt.alloc.options import PlanOptions
@@ -221,10 +222,19 @@ def tidy_allocations(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return empty_allocations()
     out = df[list(ALLOC_COLUMNS)].copy()
-    for c in ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods"):
-        out[c] = out[c].astype(int)
-    out["rate_rps"] = [stable_float(float(x)) for x in out["rate_rps"].tolist()]
-    out = out.sort_values(ALLOC_SORT, kind="mergesort").reset_index(drop=True)
+    out.attrs = {}
+    ints = ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods")
+    out = out.assign(
+        **{c: out[c].astype(int) for c in ints if out[c].dtype != np.dtype(int)},
+        rate_rps=[stable_float(float(x)) for x in out["rate_rps"].tolist()],
+    )
+    # sorted by ALLOC_SORT, ties in row order (a stable sort of the key tuples: the order of a
+    # stable multi-column sort_values, without factorising every text column)
+    keys = list(zip(*(out[c].tolist() for c in ALLOC_SORT), strict=True))
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    if order != list(range(len(keys))):
+        out = out.iloc[order]
+    out = out.reset_index(drop=True)
     out.attrs["unit"] = {"rate_rps": "req/s", "n_vpods": "vPods", "chips_per_vpod": "chips"}
     return out
 

@@ -75,38 +75,47 @@ def route_tail(ctx: EpochContext, ep: EpochPlan, tail: dict[str, float]) -> tupl
     the classes that found no (or not enough) room, which are left out of the routes. When
     disaggregated, each phase is routed; a class short in either phase is left out."""
     cfg = ctx.configs
-    by_id = cfg.set_index("config_id")
+    ids = [str(k) for k in cfg["config_id"].tolist()]
+    row_group = [str(g) for g in cfg["group"].tolist()]
+    row_cap = [float(c) for c in cfg["cap_rps"].tolist()]
+    row_bucket = [str(b) for b in cfg["bucket"].tolist()]
+    row_phase = [str(p) for p in cfg["phase"].tolist()]
+    row_vtype = [str(v) for v in cfg["vpod_type"].tolist()]
+    by_id = {k: i for i, k in enumerate(ids)}
     tokens = ctx.input_tokens
     load: dict[str, float] = {}
     served: dict[str, set[str]] = {}
     groups = dict(ep.groups)
     vtype_of: dict[str, str] = {}
     for k, x in ep.x.items():
-        g = groups.get(k, str(by_id.at[k, "group"]))
-        load[g] = load.get(g, 0.0) + x / float(by_id.at[k, "cap_rps"])
-        served.setdefault(g, set()).add(str(by_id.at[k, "bucket"]))
-        vtype_of[g] = str(by_id.at[k, "vpod_type"])
+        i = by_id[k]
+        g = groups.get(k, row_group[i])
+        load[g] = load.get(g, 0.0) + x / row_cap[i]
+        served.setdefault(g, set()).add(row_bucket[i])
+        vtype_of[g] = row_vtype[i]
     x_new = dict(ep.x)
     left: set[str] = set()
     for b, rate in tail.items():
         for phase in phases_for(ctx.options.serving):  # disaggregated: prefill and decode each routed
             options = []
-            for r in cfg[(cfg["bucket"] == b) & (cfg["phase"] == phase)].itertuples():
+            for i in range(len(ids)):
+                if row_bucket[i] != b or row_phase[i] != phase:
+                    continue
                 for g, vt in vtype_of.items():
-                    if vt != str(r.vpod_type) or ep.n.get(g, 0) <= 0:
+                    if vt != row_vtype[i] or ep.n.get(g, 0) <= 0:
                         continue
                     spare = ep.n[g] - load.get(g, 0.0)
                     if spare <= EPS:
                         continue
-                    options.append((*nearest_first(tokens, b, served[g], spare, g), str(r.config_id), float(r.cap_rps)))
+                    options.append((*nearest_first(tokens, b, served[g], spare, g), ids[i], row_cap[i]))
             offers = [(g, k, cap) for _d, _s, g, k, cap in sorted(options)]
             need = _fill(rate, offers, ep.n, x_new, groups, load)
             if need > EPS * max(1.0, rate):
                 left.add(b)
         if b in left:
-            for k in [k for k in x_new if k not in ep.x and str(by_id.at[k, "bucket"]) == b]:
+            for k in [k for k in x_new if k not in ep.x and row_bucket[by_id[k]] == b]:
                 g = groups.pop(k)
-                load[g] -= x_new.pop(k) / float(by_id.at[k, "cap_rps"])
+                load[g] -= x_new.pop(k) / row_cap[by_id[k]]
     return replace(ep, x=x_new, groups=groups), left
 
 

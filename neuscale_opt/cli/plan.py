@@ -267,7 +267,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(
             summary(sol, coeffs, inst, verbose=getattr(args, "verbose", False), quiet=args.quiet, replayed=replayed)
         )
-        sys.stdout.write(melange_comparison(args.instance, args.slice_factor))
+        sys.stdout.write(melange_comparison(args.instance, args.slice_factor, solved=sol))
     with Outputs() as out:
         out.add(plan_json(sol, prov, timing=True), args.json, "--json")
         if report is not None:
@@ -337,14 +337,15 @@ def cmd_pareto(args: argparse.Namespace, coeffs: Coefficients, options: PlanOpti
     return EXIT_OK
 
 
-def melange_comparison(path: str | None, slice_factor: int | None) -> str:
+def melange_comparison(path: str | None, slice_factor: int | None, solved=None) -> str:
     """For a Mélange JSON input, both answers side by side: the exact continuous-share optimum and
-    Mélange's slice answer (``slice_factor``, default the configuration's own); else nothing."""
+    Mélange's slice answer (``slice_factor``, default the configuration's own); else nothing.
+    ``solved``: the plan just made of that input, reused for the answer it already is."""
     if path is None or not str(path).lower().endswith(".json"):
         return ""
     from neuscale_opt.alloc.melange import load_melange, solve_melange
 
-    return solve_melange(load_melange(path), slice_factor=slice_factor).summary()
+    return solve_melange(load_melange(path), slice_factor=slice_factor, solved=solved).summary()
 
 
 def plan_provenance(args: argparse.Namespace, inst, options: PlanOptions) -> dict:

@@ -124,3 +124,24 @@ def test_plan_roofline_instance():
         code, out, err = run_cli(["plan", str(small), "--method", method, "--json", "-"])
         assert code == 0, err
         assert json.loads(out)["status"] in ("optimal", "feasible")
+
+
+@pytest.mark.parametrize("extra", [[], ["--slice-factor", "1"]])
+def test_plan_melange_json_solves_each_answer_once(monkeypatch, extra):
+    """``plan CONFIG.json`` prints both answers (exact 4.68 USD/h by hand, Mélange's published 6.70
+    at slice factor 1) and solves each once: the plan it just made is one of them."""
+    from neuscale_opt.alloc import plan as plan_mod
+
+    calls: list[object] = []
+    real = plan_mod.solve_milp
+
+    def counting(coeffs, options=None, *a, **k):
+        calls.append(options.slice_factor if options is not None else None)
+        return real(coeffs, options, *a, **k)
+
+    monkeypatch.setattr(plan_mod, "solve_milp", counting)
+    code, out, err = run_cli(["plan", str(INSTANCES / "melange_example.json"), *extra])
+    assert code == 0, err
+    assert "exact continuous-share optimum: 4.68 USD/h" in out
+    assert "Mélange slice factor 1: 6.7 USD/h" in out
+    assert sorted(calls, key=str) == sorted([None, 1], key=str)

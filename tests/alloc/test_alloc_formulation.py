@@ -127,3 +127,27 @@ def test_capacity_row_pooled_sums_fractional_loads():
     coefs = {v.name: round(k, 9) for v, k in zip(repn.linear_vars, repn.linear_coefs, strict=True)}
     # u = 1: 1/10 for class a, 1/4 for class b, -1 for the vPod count
     assert coefs == {"rate[t1|a]": 0.1, "rate[t1|b]": 0.25, "n_vpods[t1]": -1.0}
+
+
+def test_working_table_rows_keep_every_value():
+    import numpy as np
+    import pandas as pd
+
+    from neuscale_opt.alloc.context import take_rows
+
+    df = pd.DataFrame(
+        {
+            "k": pd.Series(["x", "y", "z"], dtype="string"),
+            "o": pd.Series(["p", None, "r"], dtype=object),
+            "n": [1, 2, 3],
+            "f": [0.5, np.nan, 2.5],
+            "b": [True, False, True],
+        }
+    )
+    out = take_rows(df, np.array([2, 0]), {"f": np.array([9.0, 8.0]), "extra": np.array([1.0, 2.0])})
+    assert list(out.columns) == ["k", "o", "n", "f", "b", "extra"]  # same-named extra in place
+    assert out["k"].tolist() == ["z", "x"] and out["k"].dtype == object
+    assert out["o"].tolist() == ["r", "p"] and out["o"].dtype == object
+    assert out["n"].tolist() == [3, 1] and out["n"].dtype == np.int64
+    assert out["f"].tolist() == [9.0, 8.0] and out["b"].tolist() == [True, True]
+    assert list(out.index) == [0, 1]
