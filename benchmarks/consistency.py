@@ -31,8 +31,11 @@ demand unserved that replay's totals are shown too (``all admitted``), with the 
 serves and the chip-hours held past the horizon, to show the size of the difference.
 
 Run: ``.venv/bin/python benchmarks/consistency.py [--quick] [--epochs N] [--no-pooled] [--only LABEL,...]
-[--out PATH]`` (about 30 min on two shared cores; the file is rewritten after every scenario, and
-the rows are kept in a ``.json`` beside it). ``--quick``: 2 epochs, no pooled-vs-dedicated pair.
+[--out PATH]`` (every epoch: 15-25 min per scenario on two cores shared with other work, load 4-8;
+the scenarios can run side by side with ``--only`` and their own ``--out``; the file is rewritten
+after every scenario, and the rows are kept in a ``.json`` beside it). ``--quick``: 2 epochs, no
+pooled-vs-dedicated pair. A plan that is not a plan for every epoch (a heuristic infeasible in some
+epochs plans none of them) cannot be replayed; it is listed as not compared, with the reason.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from scipy.stats import spearmanr
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.alloc.plan import greedy
 from neuscale_opt.candidates import build_coefficients, instance_trace
+from neuscale_opt.errors import InputError
 from neuscale_opt.horizon import HorizonParams, homogeneous_each, instance_inventory, neuscale_autoscaler, plan_rolling
 from neuscale_opt.replay import ReplayOptions, replay
 
@@ -76,6 +80,8 @@ class Row:
 
 
 PARTS = ("energy_j", "cost_usd", "energy_static_j", "energy_busy_j", "energy_dynamic_j")
+#: (scenario, method, why) of the plans not compared: no allocation at all, or one the replay refuses
+NOT_COMPARED: list[tuple[str, str, str]] = []
 
 
 def load() -> float:
@@ -131,9 +137,15 @@ def run_case(case: Case, pooled: bool) -> list[Row]:
         # allocation is not a plan
         if sol.allocations.empty:
             print(f"  {method}: no plan ({sol.status})", flush=True)
+            NOT_COMPARED.append((case.label, method, f"no plan ({sol.status})"))
             continue
         plan = sol.to_dict(timing=False)
-        res = replay(plan, case.instance, trace, AS_PLANNED, coeffs=coeffs)
+        try:
+            res = replay(plan, case.instance, trace, AS_PLANNED, coeffs=coeffs)
+        except InputError as exc:  # e.g. a heuristic infeasible in some epochs plans none of them
+            print(f"  {method}: not replayable ({sol.status}): {exc}", flush=True)
+            NOT_COMPARED.append((case.label, method, f"not replayable ({sol.status}): {exc}"))
+            continue
         planned = {k: float(sol.totals.get(k, math.nan)) for k in PARTS}
         replayed = {k: float(res.totals[k]) for k in PARTS}
         planned["slo_attainment"] = math.nan
@@ -253,6 +265,10 @@ def table(rows: list[Row]) -> tuple[str, list[dict[str, Any]]]:
                     f"{q['all_tokens'] / 1e6:.4g} | "
                     f"{q['past_horizon_chip_h']:.3g} / {q['all_past_horizon_chip_h']:.3g} |"
                 )
+        skipped = [(m, why) for c, m, why in NOT_COMPARED if c == label]
+        if skipped:
+            lines.append("\nNot compared (no plan to replay):\n")
+            lines.extend(f"* {m}: {why}" for m, why in skipped)
         missed = [(r.method, misses(r)) for r in rs if misses(r)]
         if missed:
             lines.append("\nPlans outside the 10 % target:\n")
