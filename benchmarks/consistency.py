@@ -18,20 +18,24 @@ a Spearman rank correlation >= 0.95 between planned and replayed energy and betw
 replayed money. The energy parts (static, weight streaming, marginal; before PUE) are reported too,
 so a miss can be traced to its part. Results go to ``benchmarks/consistency_results.md``.
 
-**Plans that leave demand unserved.** The evaluator accounts the traffic a plan serves; the replay
-queues every arrival of a class that has vPods and serves it late, holding vPods past the horizon
-to drain the backlog. Such a plan and its replay do different amounts of work, so their totals are
-not comparable. A plan whose evaluator reports unserved demand is therefore judged per token
-served: planned energy (money) / the evaluator's served tokens (input + output, ``totals["tokens"]``)
-against replayed energy (money) / the tokens (input + output) the replay serves; the 10 % target
-and the Spearman ranks use these figures for such plans and the totals for every other plan. The
-totals are shown for every plan either way. On DeepSeek-V3 x10 this rule does not bring the plans
-together (the replay serves late part of what the plan leaves unserved, within the same vPod-hours;
-``consistency_results.md``); the comparison that would is a replay cut at the horizon.
+**Plans that leave demand unserved.** The evaluator accounts the traffic a plan serves: of each
+class's arrivals in an epoch the share ``r / (r + s)`` its rows serve (``s`` its unserved rate);
+the unserved rest costs only the penalty. The replay runs every plan the same way,
+``ReplayOptions(admission="plan")``: that share of the arrivals of each (epoch, class) is admitted
+(evenly spread) and the rest rejected at arrival (``formulations/allocation.md``, "Unserved
+demand"; ``neuscale_opt/replay/README.md`` section 3), so both sides do the same work and every
+plan is judged on its totals. A replay that admits every arrival (the replay's default, used by
+the headline benchmark) serves the unserved share late, in later epochs or past the horizon while
+the vPods drain, at energy and chip-hours the plan does not account; for the plans that leave
+demand unserved that replay's totals are shown too (``all admitted``), with the tokens each side
+serves and the chip-hours held past the horizon, to show the size of the difference.
 
 Run: ``.venv/bin/python benchmarks/consistency.py [--quick] [--epochs N] [--no-pooled] [--only LABEL,...]
-[--out PATH]`` (about 30 min on two shared cores; the file is rewritten after every scenario, and
-the rows are kept in a ``.json`` beside it). ``--quick``: 2 epochs, no pooled-vs-dedicated pair.
+[--out PATH]`` (every epoch: 15-25 min per scenario on two cores shared with other work, load 4-8;
+the scenarios can run side by side with ``--only`` and their own ``--out``; the file is rewritten
+after every scenario, and the rows are kept in a ``.json`` beside it). ``--quick``: 2 epochs, no
+pooled-vs-dedicated pair. A plan that is not a plan for every epoch (a heuristic infeasible in some
+epochs plans none of them) cannot be replayed; it is listed as not compared, with the reason.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,14 +57,17 @@ from scipy.stats import spearmanr
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.alloc.plan import greedy
 from neuscale_opt.candidates import build_coefficients, instance_trace
+from neuscale_opt.errors import InputError
 from neuscale_opt.horizon import HorizonParams, homogeneous_each, instance_inventory, neuscale_autoscaler, plan_rolling
-from neuscale_opt.replay import replay
+from neuscale_opt.replay import ReplayOptions, replay
 
 TARGET_REL = 0.10
 TARGET_RHO = 0.95
-#: a plan leaving more than this demand unserved (req/s, summed over its epochs) is judged per token
+#: a plan leaving more than this demand unserved (req/s, in its worst epoch) is "short"
 UNSERVED_RPS = 1e-6
 FC = "last-peak"
+#: the replay as the evaluator accounts a plan: the unserved share rejected at arrival
+AS_PLANNED = ReplayOptions(admission="plan")
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,22 @@ class Row:
 
 
 PARTS = ("energy_j", "cost_usd", "energy_static_j", "energy_busy_j", "energy_dynamic_j")
+#: (scenario, method, why) of the plans not compared: no allocation at all, or one the replay refuses
+NOT_COMPARED: list[tuple[str, str, str]] = []
+
+
+def load() -> float:
+    """1-minute load average (as ``uptime`` prints it)."""
+    return float(os.getloadavg()[0])
+
+
+def past_horizon_chip_h(res: Any) -> float:
+    """Chip-hours the replay holds vPods after the horizon (draining what is left)."""
+    v = res.vpods
+    past = (v["held_to_s"] - float(res.totals["horizon_s"])).clip(lower=0.0) - (
+        v["held_from_s"] - float(res.totals["horizon_s"])
+    ).clip(lower=0.0)
+    return float((past * v["chips"]).sum()) / 3600.0
 
 
 def plans(case: Case, pooled: bool) -> tuple[Any, Any, list[tuple[str, Callable[[], Any]]]]:
@@ -109,19 +133,37 @@ def run_case(case: Case, pooled: bool) -> list[Row]:
         sol = fn()
         t1 = time.perf_counter()
         # a plan the evaluator finds infeasible only because it leaves demand unserved is compared
-        # too (per token, see the module docstring); one without any allocation is not a plan
+        # too (its replay rejects that demand, see the module docstring); one without any
+        # allocation is not a plan
         if sol.allocations.empty:
             print(f"  {method}: no plan ({sol.status})", flush=True)
+            NOT_COMPARED.append((case.label, method, f"no plan ({sol.status})"))
             continue
-        res = replay(sol.to_dict(timing=False), case.instance, trace, coeffs=coeffs)
+        plan = sol.to_dict(timing=False)
+        try:
+            res = replay(plan, case.instance, trace, AS_PLANNED, coeffs=coeffs)
+        except InputError as exc:  # e.g. a heuristic infeasible in some epochs plans none of them
+            print(f"  {method}: not replayable ({sol.status}): {exc}", flush=True)
+            NOT_COMPARED.append((case.label, method, f"not replayable ({sol.status}): {exc}"))
+            continue
         planned = {k: float(sol.totals.get(k, math.nan)) for k in PARTS}
         replayed = {k: float(res.totals[k]) for k in PARTS}
         planned["slo_attainment"] = math.nan
         replayed["slo_attainment"] = float(res.totals["slo_attainment"])
+        replayed["slo_attainment_admitted"] = float(res.totals["slo_attainment_admitted"])
         planned["unserved_rps"] = float(sol.totals.get("unserved_rps", 0.0))
         planned["tokens"] = float(sol.totals.get("tokens", math.nan))
         replayed["unserved_rps"] = math.nan
         replayed["tokens"] = float(res.totals["tokens_in"] + res.totals["tokens_out"])
+        replayed["requests"] = float(res.totals["requests"])
+        replayed["rejected"] = float(res.totals["rejected"])
+        replayed["past_horizon_chip_h"] = past_horizon_chip_h(res)
+        if planned["unserved_rps"] > UNSERVED_RPS:  # what a replay admitting every arrival does instead
+            every = replay(plan, case.instance, trace, coeffs=coeffs)
+            for k in ("energy_j", "cost_usd"):
+                replayed[f"all_{k}"] = float(every.totals[k])
+            replayed["all_tokens"] = float(every.totals["tokens_in"] + every.totals["tokens_out"])
+            replayed["all_past_horizon_chip_h"] = past_horizon_chip_h(every)
         rows.append(Row(case.label, method, t1 - t0, planned, replayed))
         print(
             f"  {method}: energy {planned['energy_j']:.4g} / {replayed['energy_j']:.4g} J, "
@@ -150,18 +192,25 @@ def _rho(a: list[float], b: list[float]) -> float:
 
 
 def short(r: Row) -> bool:
-    """The plan leaves demand unserved (more than :data:`UNSERVED_RPS` req/s summed over its
-    epochs): then it is compared with its replay per token (module docstring)."""
+    """The plan leaves demand unserved (more than :data:`UNSERVED_RPS` req/s in an epoch)."""
     return r.planned["unserved_rps"] > UNSERVED_RPS
 
 
-def compared(r: Row, key: str) -> tuple[float, float]:
-    """(planned, replayed) figure of ``key`` the targets judge: the totals, or per token served
-    (input + output) for a plan that leaves demand unserved."""
-    p, q = r.planned[key], r.replayed[key]
-    if short(r):
-        return p / r.planned["tokens"], q / r.replayed["tokens"]
-    return p, q
+def misses(r: Row) -> str:
+    """Why a plan misses a target, in numbers: the parts of its energy, what the replay holds after
+    the horizon and the work each side does ('' when both errors are within the target)."""
+    p, q = r.planned, r.replayed
+    e, c = _rel(p["energy_j"], q["energy_j"]), _rel(p["cost_usd"], q["cost_usd"])
+    if abs(e) <= TARGET_REL and abs(c) <= TARGET_REL:
+        return ""
+    return (
+        f"energy {_pct(e)}, cost {_pct(c)}: static {_pct(_rel(p['energy_static_j'], q['energy_static_j']))}, "
+        f"busy {_num(p['energy_busy_j'] / 1e6)} / {_num(q['energy_busy_j'] / 1e6)} MJ, dynamic "
+        f"{_num(p['energy_dynamic_j'] / 1e6)} / {_num(q['energy_dynamic_j'] / 1e6)} MJ (planned / replayed); "
+        f"{q['past_horizon_chip_h']:.3g} chip-h held past the horizon; tokens {p['tokens'] / 1e6:.4g} / "
+        f"{q['tokens'] / 1e6:.4g} M; replayed SLO {q['slo_attainment']:.3f} ({q['slo_attainment_admitted']:.3f} of "
+        "the admitted)"
+    )
 
 
 def table(rows: list[Row]) -> tuple[str, list[dict[str, Any]]]:
@@ -173,9 +222,9 @@ def table(rows: list[Row]) -> tuple[str, list[dict[str, Any]]]:
         lines.append(
             "| method | planned energy (MJ) | replayed (MJ) | energy error | planned cost (USD) | replayed (USD) | "
             "cost error | static error | busy: planned / replayed (MJ) | dynamic: planned / replayed (MJ) | "
-            "replayed SLO | plan s |"
+            "tokens: planned / replayed (M) | replayed SLO | plan s |"
         )
-        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in rs:
             p, q = r.planned, r.replayed
             lines.append(
@@ -185,34 +234,45 @@ def table(rows: list[Row]) -> tuple[str, list[dict[str, Any]]]:
                 f"{_pct(_rel(p['energy_static_j'], q['energy_static_j']))} | "
                 f"{_num(p['energy_busy_j'] / 1e6)} / {_num(q['energy_busy_j'] / 1e6)} | "
                 f"{_num(p['energy_dynamic_j'] / 1e6)} / {_num(q['energy_dynamic_j'] / 1e6)} | "
+                f"{p['tokens'] / 1e6:.4g} / {q['tokens'] / 1e6:.4g} | "
                 f"{_num(q['slo_attainment'], '.3f')} | {r.plan_s:.1f} |"
             )
-        pe = [compared(r, "energy_j") for r in rs]
-        pc = [compared(r, "cost_usd") for r in rs]
-        e_err = [abs(_rel(a, b)) for a, b in pe]
-        c_err = [abs(_rel(a, b)) for a, b in pc]
-        rho_e = _rho([a for a, _ in pe], [b for _, b in pe])
-        rho_c = _rho([a for a, _ in pc], [b for _, b in pc])
+        e_err = [abs(_rel(r.planned["energy_j"], r.replayed["energy_j"])) for r in rs]
+        c_err = [abs(_rel(r.planned["cost_usd"], r.replayed["cost_usd"])) for r in rs]
+        rho_e = _rho([r.planned["energy_j"] for r in rs], [r.replayed["energy_j"] for r in rs])
+        rho_c = _rho([r.planned["cost_usd"] for r in rs], [r.replayed["cost_usd"] for r in rs])
         n_short = sum(1 for r in rs if short(r))
         if n_short:
             lines.append(
-                f"\n{n_short} of {len(rs)} plans leave demand unserved (planned unserved > {UNSERVED_RPS:g} req/s); "
-                "they are judged per token served:\n"
+                f"\n{n_short} of {len(rs)} plans leave demand unserved (more than {UNSERVED_RPS:g} req/s in an epoch); "
+                "their replays reject it at arrival (above). A replay admitting every arrival instead "
+                '(`admission = "all"`) serves it late:\n'
             )
             lines.append(
-                "| method | planned unserved req/s | planned / replayed tokens (M) | planned / replayed mJ per token "
-                "| energy error per token | planned / replayed micro-USD per token | cost error per token |"
+                "| method | planned unserved req/s (worst epoch) | requests rejected | all admitted: energy (MJ), "
+                "error | all admitted: cost (USD), error | all admitted: tokens (M) | chip-h past the horizon: "
+                "as planned / all admitted |"
             )
             lines.append("|---|---:|---:|---:|---:|---:|---:|")
             for r in rs:
                 if not short(r):
                     continue
-                (ea, eb), (ca, cb) = compared(r, "energy_j"), compared(r, "cost_usd")
+                p, q = r.planned, r.replayed
                 lines.append(
-                    f"| {r.method} | {r.planned['unserved_rps']:.3g} | {r.planned['tokens'] / 1e6:.4g} / "
-                    f"{r.replayed['tokens'] / 1e6:.4g} | {ea * 1e3:.4g} / {eb * 1e3:.4g} | {_pct(_rel(ea, eb))} | "
-                    f"{ca * 1e6:.4g} / {cb * 1e6:.4g} | {_pct(_rel(ca, cb))} |"
+                    f"| {r.method} | {p['unserved_rps']:.3g} | {q['rejected'] / q['requests']:.1%} | "
+                    f"{q['all_energy_j'] / 1e6:.4g}, {_pct(_rel(p['energy_j'], q['all_energy_j']))} | "
+                    f"{q['all_cost_usd']:.4g}, {_pct(_rel(p['cost_usd'], q['all_cost_usd']))} | "
+                    f"{q['all_tokens'] / 1e6:.4g} | "
+                    f"{q['past_horizon_chip_h']:.3g} / {q['all_past_horizon_chip_h']:.3g} |"
                 )
+        skipped = [(m, why) for c, m, why in NOT_COMPARED if c == label]
+        if skipped:
+            lines.append("\nNot compared (no plan to replay):\n")
+            lines.extend(f"* {m}: {why}" for m, why in skipped)
+        missed = [(r.method, misses(r)) for r in rs if misses(r)]
+        if missed:
+            lines.append("\nPlans outside the 10 % target:\n")
+            lines.extend(f"* {m}: {why}" for m, why in missed)
         s = {
             "case": label,
             "plans": len(rs),
@@ -222,6 +282,7 @@ def table(rows: list[Row]) -> tuple[str, list[dict[str, Any]]]:
             "within_cost": sum(1 for e in c_err if e <= TARGET_REL),
             "spearman_energy": rho_e,
             "spearman_cost": rho_c,
+            "short_plans": n_short,
         }
         summary.append(s)
         lines.append(
@@ -232,15 +293,15 @@ def table(rows: list[Row]) -> tuple[str, list[dict[str, Any]]]:
         )
     head = [
         "\n### Summary\n",
-        "| scenario | plans | energy within 10 % | largest energy error | cost within 10 % | largest cost error "
-        "| Spearman energy | Spearman cost |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| scenario | plans | leave demand unserved | energy within 10 % | largest energy error | cost within 10 % "
+        "| largest cost error | Spearman energy | Spearman cost |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in summary:
         head.append(
-            f"| {s['case']} | {s['plans']} | {s['within_energy']}/{s['plans']} | {s['max_energy_error']:.1%} | "
-            f"{s['within_cost']}/{s['plans']} | {s['max_cost_error']:.1%} | {s['spearman_energy']:.3f} | "
-            f"{s['spearman_cost']:.3f} |"
+            f"| {s['case']} | {s['plans']} | {s['short_plans']} | {s['within_energy']}/{s['plans']} | "
+            f"{s['max_energy_error']:.1%} | {s['within_cost']}/{s['plans']} | {s['max_cost_error']:.1%} | "
+            f"{s['spearman_energy']:.3f} | {s['spearman_cost']:.3f} |"
         )
     return "\n".join(head + lines) + "\n", summary
 
@@ -258,35 +319,43 @@ def main(argv: list[str] | None = None) -> int:
         args.no_pooled = True
     start = time.perf_counter()
     rows: list[Row] = []
+    loads: list[tuple[str, float, float, float]] = []  # scenario, load before, load after, seconds
     only = {s.strip() for s in args.only.split(",")} if args.only else None
+    scope = f"first {args.epochs} epochs of each scenario" if args.epochs else "every epoch of each scenario"
     for case in cases(True, args.epochs):
         if only is not None and case.label not in only:
             continue
         t0 = time.perf_counter()
-        print(case.label, flush=True)
+        l0 = load()
+        print(f"{case.label} (load {l0:.2f})", flush=True)
         rows.extend(run_case(case, not args.no_pooled))
-        print(f"{case.label}: {time.perf_counter() - t0:.1f} s", flush=True)
-        write(rows, args.out, time.perf_counter() - start)  # after every scenario: partial runs keep theirs
-    body = write(rows, args.out, time.perf_counter() - start)
+        loads.append((case.label, l0, load(), time.perf_counter() - t0))
+        print(f"{case.label}: {loads[-1][3]:.1f} s (load {loads[-1][2]:.2f})", flush=True)
+        write(rows, args.out, time.perf_counter() - start, scope, loads)  # partial runs keep theirs
+    body = write(rows, args.out, time.perf_counter() - start, scope, loads)
     print(body)
     print(f"written {args.out} in {time.perf_counter() - start:.1f} s")
     return 0
 
 
-def write(rows: list[Row], out: str, total: float) -> str:
+def write(rows: list[Row], out: str, total: float, scope: str, loads: list[tuple[str, float, float, float]]) -> str:
     """Write the results file of ``rows``; returns the tables."""
     body, _ = table(rows)
     Path(out).with_suffix(".json").write_text(
         json.dumps([r.__dict__ for r in rows], indent=1, sort_keys=True, default=float) + "\n", encoding="utf-8"
     )
+    ran = "; ".join(f"{label}: {sec:.0f} s, load {a:.2f} -> {b:.2f}" for label, a, b, sec in loads)
     header = (
         "# Planned against replayed energy and money\n\n"
         "Generated by `benchmarks/consistency.py` (see its docstring for the plans). Planned = the "
         "independent evaluator's totals of the plan (`Solution.totals`, energy model of "
         '`formulations/allocation.md`, "Load-dependent energy"); replayed = `neuscale_opt.replay` '
-        "(30-s creation delay, warm start). Errors are planned / replayed - 1; energy at the facility "
-        "(PUE applied), its parts (static, busy = weight streaming, dynamic = busy + marginal) before PUE. "
-        f"Targets: |error| <= {TARGET_REL:.0%}, Spearman >= {TARGET_RHO}. Total run time {total:.0f} s.\n"
+        '(30-s creation delay, warm start, `admission = "plan"`: the demand a plan leaves unserved is '
+        'rejected at arrival, `formulations/allocation.md`, "Unserved demand"). Errors are planned / '
+        "replayed - 1; energy at the facility (PUE applied), its parts (static, busy = weight streaming, "
+        "dynamic = busy + marginal) before PUE; tokens = input + output of the served requests. "
+        f"Targets: |error| <= {TARGET_REL:.0%}, Spearman >= {TARGET_RHO}. Scope: {scope}. Total run time "
+        f"{total:.0f} s on 2 shared cores (1-min load average before -> after each scenario: {ran}).\n"
     )
     Path(out).write_text(header + body, encoding="utf-8")
     return body

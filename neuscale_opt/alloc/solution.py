@@ -365,6 +365,34 @@ def _stable(obj: Any) -> Any:
     return obj
 
 
+def unserved_from_dict(d: dict[str, Any], where: str = "plan") -> pd.DataFrame:
+    """The ``unserved`` rows of a plan JSON (absent = none) as a tidy table (``epoch, bucket,
+    unserved_rps``; rows of rate 0 dropped). A list that is not of ``{epoch, bucket, unserved_rps}``
+    rows, a missing field, an epoch that is not a count or a rate that is not a finite number >= 0
+    is an :class:`~neuscale_opt.errors.InputError` naming the row and the field. The evaluator's
+    reader (:func:`solution_from_dict`) and the replay's (``neuscale_opt.replay.plan``) share it."""
+    from neuscale_opt.errors import InputError
+
+    uns = d.get("unserved") or []
+    if not isinstance(uns, list) or not all(isinstance(u, dict) for u in uns):
+        raise InputError("unserved: must be a list of {epoch, bucket, unserved_rps} rows", where=where)
+    for i, u in enumerate(uns):
+        probs = [f"unserved[{i}]: missing {k}" for k in UNSERVED_COLUMNS if k not in u]
+        if probs:
+            raise InputError("; ".join(probs), where=where)
+        probs, _ = plan_row_numbers(f"unserved[{i}]", {"epoch": u["epoch"]})
+        rate = u["unserved_rps"]
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate < 0:
+            probs.append(f"unserved[{i}].unserved_rps: {rate!r} is not a finite number >= 0")
+        if probs:
+            raise InputError("; ".join(probs), where=where)
+    if not uns:
+        return empty_unserved()
+    df = pd.DataFrame([{k: u[k] for k in UNSERVED_COLUMNS} for u in uns], columns=list(UNSERVED_COLUMNS))
+    df["bucket"] = df["bucket"].astype(str)
+    return tidy_unserved(df)
+
+
 def solution_from_dict(d: dict[str, Any], options: PlanOptions, where: str = "plan", coeffs: Any = None) -> Solution:
     """A :class:`Solution` read back from a plan JSON (this package's, or any producer's that
     follows the contract), for the independent evaluator.
@@ -417,17 +445,7 @@ def solution_from_dict(d: dict[str, Any], options: PlanOptions, where: str = "pl
         more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
         raise InputError("; ".join(problems[:5]) + more, where=where)
     alloc = tidy_allocations(pd.DataFrame(rows, columns=list(ALLOC_COLUMNS))) if rows else empty_allocations()
-    uns = d.get("unserved") or []
-    if not isinstance(uns, list) or not all(isinstance(u, dict) for u in uns):
-        raise InputError("unserved: must be a list of {epoch, bucket, unserved_rps} rows", where=where)
-    for i, u in enumerate(uns):
-        probs, _ = plan_row_numbers(f"unserved[{i}]", {k: u[k] for k in ("epoch",) if k in u})
-        rate = u.get("unserved_rps")
-        if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate < 0:
-            probs.append(f"unserved[{i}].unserved_rps: {rate!r} is not a finite number >= 0")
-        if probs:
-            raise InputError("; ".join(probs), where=where)
-    unserved = tidy_unserved(pd.DataFrame(uns, columns=list(UNSERVED_COLUMNS))) if uns else empty_unserved()
+    unserved = unserved_from_dict(d, where)
     try:
         placements = tidy_placements(list(d.get("placements") or []))
     except (KeyError, TypeError, ValueError):

@@ -1,7 +1,7 @@
 """CLI command ``replay``: judge a plan by replaying a trace against it.
 
 ``neuscale-opt replay PLAN.json [--instance INSTANCE [--force]] [--trace TRACE] [--json PATH|-]
-[--requests PATH|-] [--create-delay S] [--cold-start] [--idle-fleet-power]``
+[--requests PATH|-] [--create-delay S] [--cold-start] [--idle-fleet-power] [--admission all|plan]``
 
 PLAN.json is a plan in the allocation planner's JSON contract; INSTANCE the instance it was made
 for (default: the instance the plan's provenance records, else the embedded default; an instance
@@ -10,6 +10,8 @@ file (format detected from its header; default: the instance's trace). Prints th
 (one ``name value`` line each) unless the JSON goes to stdout. ``--json`` and ``--requests`` are
 written both or neither. Exit codes: 0 replayed (whatever the SLO attainment), 2 bad
 input (a plan that does not match the instance, an unreadable trace), with a one-line reason.
+``--admission plan`` rejects at arrival the demand the plan leaves unserved (its ``unserved``
+rows), so the replay does the work the plan accounts (README section 3); default ``all``.
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also charge the static power of the fleet's healthy chips no vPod holds (default: not charged)",
     )
+    p.add_argument(
+        "--admission",
+        choices=("all", "plan"),
+        default="all",
+        help="all: queue every arrival (default); plan: reject the share of each class the plan leaves unserved",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_replay)
 
@@ -97,7 +105,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         trace = load_trace_file(args.trace)
     else:
         trace = instance_trace(inst)
-    kw: dict = {"warm_start": not args.cold_start, "idle_fleet_power": args.idle_fleet_power}
+    kw: dict = {
+        "warm_start": not args.cold_start,
+        "idle_fleet_power": args.idle_fleet_power,
+        "admission": args.admission,
+    }
     if args.create_delay is not None:
         kw["create_delay_s"] = args.create_delay
     from neuscale_opt.report.progress import progress_bar
@@ -110,8 +122,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.requests is not None:
             out.add(frame_to_csv_text(res.requests), args.requests, "--requests")
     if args.json != "-" and args.requests != "-":
-        width = max(len(k) for k in HEADLINE)
-        for k in HEADLINE:
+        keys = HEADLINE + (("rejected", "slo_attainment_admitted") if args.admission == "plan" else ())
+        width = max(len(k) for k in keys)
+        for k in keys:
             v = res.totals[k]
             sys.stdout.write(f"{k:<{width}}  {v:.6g}\n" if isinstance(v, float) else f"{k:<{width}}  {v}\n")
     return EXIT_OK

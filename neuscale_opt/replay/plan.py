@@ -23,7 +23,10 @@ one line naming the file and the field):
 * an epoch that holds arrivals of the trace but has no allocation row (missing epochs);
 * phases mixed wrongly for a class in an epoch: prefill rows without decode rows (or decode without
   prefill), or colocated rows beside prefill/decode rows (disaggregated serving needs both halves,
-  and a class is served one way per epoch).
+  and a class is served one way per epoch);
+* ``unserved`` (optional list of ``{epoch, bucket, unserved_rps}``, the evaluator's reader
+  ``alloc.solution.unserved_from_dict``): a row missing a field, an epoch that is not a count, a
+  rate that is not a finite number >= 0, an unknown class.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from neuscale_opt.alloc.solution import PLAN_ROW_FIELDS, plan_row_numbers
+from neuscale_opt.alloc.solution import PLAN_ROW_FIELDS, empty_unserved, plan_row_numbers, unserved_from_dict
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import Instance
@@ -82,7 +85,9 @@ class Plan:
 
     ``groups``: one row per (epoch, vpod_group) with ``type_index`` (into ``types``), ``n_vpods``
     and ``buckets`` (tuple of the classes it serves, sorted). ``n_epochs``: epochs the replay
-    covers (the plan's last epoch or the trace's, whichever is later, plus one).
+    covers (the plan's last epoch or the trace's, whichever is later, plus one). ``unserved``: the
+    plan's ``unserved`` rows (``epoch, bucket, unserved_rps``; empty when it lists none), which the
+    replay reads only with ``ReplayOptions.admission = "plan"``.
     """
 
     rows: pd.DataFrame
@@ -91,6 +96,7 @@ class Plan:
     n_epochs: int
     source: str
     meta: dict[str, Any] = field(default_factory=dict)
+    unserved: pd.DataFrame = field(default_factory=empty_unserved)
 
 
 def _fail(problems: list[str], where: str) -> None:
@@ -221,6 +227,12 @@ def load_plan(
             rows.append(row)
     _fail(problems, where)
     _fail(_phase_mix(rows), where)
+    unserved = unserved_from_dict(data, where)
+    known = ", ".join(sorted(buckets))
+    for i, u in enumerate(data.get("unserved") or []):
+        if str(u["bucket"]) not in buckets:
+            problems.append(f"unserved[{i}].bucket: unknown class {u['bucket']!r} (instance: {known})")
+    _fail(problems, where)
 
     types: list[VpodType] = []
     type_index: dict[VpodType, int] = {}
@@ -302,4 +314,4 @@ def load_plan(
     )
     rdf = pd.DataFrame([{k: v for k, v in r.items() if k not in ("shape_t", "_row")} for r in rows])
     meta = {k: data[k] for k in ("status", "method", "objective", "variant", "serving") if k in data}
-    return Plan(rows=rdf, groups=gdf, types=tuple(types), n_epochs=n_epochs, source=where, meta=meta)
+    return Plan(rows=rdf, groups=gdf, types=tuple(types), n_epochs=n_epochs, source=where, meta=meta, unserved=unserved)

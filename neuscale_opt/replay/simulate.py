@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,10 @@ from neuscale_opt.replay.tables import StepTable, build_table
 
 SECONDS_PER_HOUR = 3600.0
 DEFAULT_CREATE_DELAY_S = 30.0
+#: ``ReplayOptions.admission``: admit every arrival, or only the share of its class the plan serves
+ADMISSIONS: tuple[str, ...] = ("all", "plan")
+#: slack of the admission counts floor(k s): a share that is a ratio of small integers admits exactly
+_ADMIT_EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -68,16 +72,27 @@ class ReplayOptions:
     also charge the static power of the fleet's healthy chips that no vPod holds, over the horizon
     (``energy_idle_fleet_j``, always reported, is then part of ``energy_j``); off by default because
     idle chips can be powered down or lent to other work, and the planner does not own them.
+    ``admission`` (default ``"all"``): every arrival of a class is queued for its groups, also the
+    traffic the plan leaves unserved, which the vPods then serve late (in later epochs, or past the
+    horizon while they drain). ``"plan"``: the plan's unserved demand is rejected at arrival, so
+    that the replay does the work the plan accounts: of the arrivals of class ``b`` in epoch ``e``
+    the share :func:`admission_share` is admitted, evenly spread (README section 3,
+    ``formulations/allocation.md``, "Unserved demand").
     """
 
     create_delay_s: float = DEFAULT_CREATE_DELAY_S
     warm_start: bool = True
     slo_rtol: float = 1e-9
     idle_fleet_power: bool = False
+    admission: str = "all"
 
     def __post_init__(self) -> None:
         if not (self.create_delay_s >= 0 and math.isfinite(self.create_delay_s)):
             raise InputError(f"create_delay_s must be a finite number >= 0, got {self.create_delay_s}", where="replay")
+        if self.admission not in ADMISSIONS:
+            raise InputError(
+                f"admission must be one of {', '.join(ADMISSIONS)}, got {self.admission!r}", where="replay"
+            )
 
 
 @dataclass(frozen=True)
@@ -147,6 +162,94 @@ def request_buckets(trace: pd.DataFrame, inst: Instance) -> np.ndarray:
     return pd.Categorical(cat.astype(str), categories=names).codes.astype(np.int64)
 
 
+def admission_share(plan: Plan) -> dict[tuple[int, str], float]:
+    """``admission_share`` (``formulations/allocation.md``, "Unserved demand"): the share of the
+    arrivals of class ``b`` in epoch ``e`` the plan serves, ``a_{b,e} = r_{b,e} / (r_{b,e} +
+    s_{b,e})``, with ``r`` the rate of the class's rows (``rate_rps`` summed; disaggregated: of its
+    prefill rows, where its arrivals enter) and ``s`` its ``unserved_rps``; 0 when the rows carry no
+    rate (a class with no row in the epoch is absent: 0 as well). A class whose rows lack
+    ``rate_rps`` is served in full (1) unless the plan lists unserved demand for it, which then is
+    an :class:`InputError` (the share cannot be known)."""
+    uns = {
+        (int(e), str(b)): float(v)
+        for e, b, v in zip(
+            plan.unserved["epoch"].tolist(),
+            plan.unserved["bucket"].tolist(),
+            plan.unserved["unserved_rps"].tolist(),
+            strict=True,
+        )
+    }
+    rows = plan.rows
+    if rows.empty:
+        return {}
+    entry = rows[rows["phase"] != "decode"]
+    rate = entry["rate_rps"] if "rate_rps" in entry.columns else pd.Series(np.nan, index=entry.index)
+    out: dict[tuple[int, str], float] = {}
+    for (e, b), r in rate.groupby([entry["epoch"].astype(int), entry["bucket"].astype(str)], sort=True):
+        s_b = uns.get((int(e), str(b)), 0.0)
+        if r.isna().any():
+            if s_b > 0:
+                raise InputError(
+                    f"epoch {e}, class {b!r}: the plan leaves {s_b:.6g} req/s unserved but its rows lack rate_rps, "
+                    "so the share to admit is unknown",
+                    where=plan.source,
+                )
+            out[(int(e), str(b))] = 1.0
+            continue
+        served = float(r.sum())
+        out[(int(e), str(b))] = served / (served + s_b) if served > 0 else 0.0
+    return out
+
+
+def admitted_mask(
+    arrival: np.ndarray, bcode: np.ndarray, names: list[str], share: dict[tuple[int, str], float], epoch_s: float
+) -> np.ndarray:
+    """Which requests (sorted by arrival) are admitted: the ``k``-th arrival (0-based) of class ``b``
+    in epoch ``e`` when ``floor((k + 1) a) > floor(k a)``, ``a`` = ``share[(e, b)]`` (0 when
+    absent), so that after ``n`` arrivals ``floor(n a)`` are admitted, evenly spread
+    (deterministic: no random draw)."""
+    n = len(arrival)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    ep = np.floor(arrival / epoch_s).astype(np.int64)
+    nb = len(names)
+    key = ep * nb + bcode
+    code = {b: i for i, b in enumerate(names)}
+    dense = np.zeros((int(ep.max()) + 1, nb))
+    for (e, b), x in share.items():
+        if e <= ep.max() and b in code:
+            dense[e, code[b]] = x
+    a = dense[ep, bcode]
+    order = np.argsort(key, kind="stable")
+    k_sorted = key[order]
+    first = np.r_[0, np.flatnonzero(np.diff(k_sorted)) + 1]
+    start = np.repeat(first, np.diff(np.r_[first, n]))
+    rank = np.empty(n, dtype=np.float64)
+    rank[order] = np.arange(n) - start
+    return np.floor((rank + 1.0) * a + _ADMIT_EPS) > np.floor(rank * a + _ADMIT_EPS)
+
+
+def _expand(res: EngineResult, keep: np.ndarray) -> EngineResult:
+    """Per-request arrays of an engine run over the admitted requests ``keep`` (a mask over all
+    requests) laid back over all of them: a rejected request is never served (NaN times, vPod -1)."""
+    n = len(keep)
+
+    def put(x: np.ndarray, fill: float | int) -> np.ndarray:
+        out = np.full(n, fill, dtype=x.dtype)
+        out[keep] = x
+        return out
+
+    return replace(
+        res,
+        start_s=put(res.start_s, math.nan),
+        first_token_s=put(res.first_token_s, math.nan),
+        finish_s=put(res.finish_s, math.nan),
+        vpod=put(res.vpod, -1),
+        decode_vpod=put(res.decode_vpod, -1),
+        kv_transfer_s=put(res.kv_transfer_s, math.nan),
+    )
+
+
 def _schedule(plan: Plan, codes: dict[str, int]) -> list[list[EpochGroup]]:
     sched: list[list[EpochGroup]] = [[] for _ in range(plan.n_epochs)]
     for r in plan.groups.itertuples(index=False):
@@ -199,11 +302,15 @@ def replay(
     bcode = request_buckets(tr, instance)
     max_in = int(s_in.max()) if len(s_in) else 0
     tables = [build_table(instance, vt, max_in) for vt in plan.types]
+    if opts.admission == "plan":
+        keep = admitted_mask(arrival, bcode, names, admission_share(plan), instance.epochs.length_s)
+    else:
+        keep = np.ones(len(arrival), dtype=bool)
     res = run(
-        arrival.tolist(),
-        s_in.tolist(),
-        s_out.tolist(),
-        bcode.tolist(),
+        arrival[keep].tolist(),
+        s_in[keep].tolist(),
+        s_out[keep].tolist(),
+        bcode[keep].tolist(),
         len(names),
         _schedule(plan, codes),
         instance.epochs.length_s,
@@ -212,7 +319,9 @@ def replay(
         opts.warm_start,
         on_epoch=progress,
     )
-    return _account(res, tr, bcode, names, plan, tables, instance, coeffs, opts)
+    if not keep.all():
+        res = _expand(res, keep)
+    return _account(res, tr, bcode, names, plan, tables, instance, coeffs, opts, keep)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -271,6 +380,7 @@ def _account(
     inst: Instance,
     coeffs: Coefficients,
     opts: ReplayOptions,
+    admitted: np.ndarray,
 ) -> ReplayResult:
     arrival = tr["arrival_s"].to_numpy(np.float64)
     s_in = tr["input_tokens"].to_numpy(np.int64)
@@ -344,6 +454,8 @@ def _account(
             "slo_met": met,
         }
     )
+    if opts.admission != "all":
+        requests["admitted"] = admitted
     if disagg:
         dec_ok = res.decode_vpod >= 0
         requests["decode_vpod"] = res.decode_vpod
@@ -389,6 +501,7 @@ def _account(
             {
                 "bucket": b,
                 "requests": int(m.sum()),
+                **({"rejected": int((~admitted & m).sum())} if opts.admission != "all" else {}),
                 "served": int((served & m).sum()),
                 "slo_attainment": float(met[m].mean()) if m.any() else math.nan,
                 "ttft_attainment": float(ttft_ok[m].mean()) if m.any() else math.nan,
@@ -443,6 +556,7 @@ def _account(
         "requests": n,
         "served": int(served.sum()),
         "unserved": int(n - served.sum()),
+        "rejected": int(n - admitted.sum()),
         "slo_met": int(met.sum()),
         "slo_attainment": float(met.mean()) if n else math.nan,
         "ttft_attainment": float(ttft_ok.mean()) if n else math.nan,
@@ -477,6 +591,9 @@ def _account(
         "horizon_s": plan.n_epochs * length,
         "events": res.events,
     }
+    if opts.admission != "all":
+        n_adm = int(admitted.sum())
+        totals["slo_attainment_admitted"] = float(met[admitted].mean()) if n_adm else math.nan
     if disagg:
         totals["energy_kv_j"] = float(res.energy_kv_j.sum())
         totals["p50_kv_transfer_s"] = _pct(res.kv_transfer_s, 50)
@@ -493,6 +610,7 @@ def _account(
             "warm_start": opts.warm_start,
             "slo_rtol": opts.slo_rtol,
             "idle_fleet_power": opts.idle_fleet_power,
+            "admission": opts.admission,
         },
         "units": {
             "energy_j": "J at the facility (PUE applied)",

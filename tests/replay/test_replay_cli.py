@@ -118,3 +118,21 @@ def test_malformed_plan_exits_2(run_cli, tmp_path):
     bad.write_text("{not json", encoding="utf-8")
     code, _, err = run_cli("replay", str(bad), "--instance", str(DEFAULT_INSTANCE))
     assert code == 2 and "malformed JSON" in err and err.count("\n") == 1
+
+
+def test_admission_plan_rejects_the_unserved_share(run_cli, plan_file, tmp_path):
+    plan = json.loads(open(plan_file, encoding="utf-8").read())
+    first = plan["allocations"][0]  # leave as much of that class unserved as the row serves: a = 1/2
+    plan["unserved"] = [{"epoch": first["epoch"], "bucket": first["bucket"], "unserved_rps": first["rate_rps"]}]
+    f = tmp_path / "short.json"
+    f.write_text(json.dumps(plan), encoding="utf-8")
+    code, out, err = run_cli("replay", str(f), "--instance", str(DEFAULT_INSTANCE), "--admission", "plan")
+    assert code == 0, err
+    values = dict(line.split() for line in out.splitlines())
+    inst = load_instance(DEFAULT_INSTANCE)
+    trace = replay(plan, inst).requests
+    in_epoch = trace["arrival_s"] // inst.epochs.length_s == first["epoch"]
+    n = int((in_epoch & (trace["bucket"] == first["bucket"])).sum())
+    assert int(values["rejected"]) == n - n // 2  # floor(n / 2) of the n arrivals admitted
+    _, out_all, _ = run_cli("replay", str(f), "--instance", str(DEFAULT_INSTANCE))
+    assert "rejected" not in dict(line.split() for line in out_all.splitlines())  # default: every arrival
