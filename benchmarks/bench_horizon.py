@@ -236,6 +236,10 @@ def solve_log():
         alloc_plan.solve_model, rolling.solve_model = saved
 
 
+#: Shipped instances case (e) plans (``--instances``; default: all of them).
+NODE_INSTANCES: list[str] = []
+
+
 def bench_nodes(repeat: int) -> dict[str, Any]:
     from neuscale_opt.alloc.options import DEFAULT_NODE_LIMIT
     from neuscale_opt.instance import shipped_instances
@@ -245,6 +249,8 @@ def bench_nodes(repeat: int) -> dict[str, Any]:
     at = load()
     plans = []
     for name, path in shipped_instances().items():
+        if NODE_INSTANCES and name not in NODE_INSTANCES:
+            continue
         coeffs, inst = load_plan_input(str(path))
         options = PlanOptions.from_instance(inst).replace(node_limit=None)
         first = None
@@ -264,6 +270,7 @@ def bench_nodes(repeat: int) -> dict[str, Any]:
                     "solves": len(log),
                     "max_nodes": max(nodes, default=0),
                     "nodes": nodes,
+                    "seconds": [r["seconds"] for r in log],
                     "statuses": sorted({r["status"] for r in log}),
                     "wall_s": round(time.perf_counter() - t0, 2),
                 }
@@ -289,7 +296,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", default="a,b,c,d,e", help="comma-separated cases among a, b, c, d, e")
     ap.add_argument("--json", default=None, help="write the results as JSON to this path")
+    ap.add_argument("--instances", default="", help="case (e): comma-separated shipped instances (default: all)")
     args = ap.parse_args()
+    NODE_INSTANCES[:] = [n for n in args.instances.split(",") if n]
     results = []
     for key in args.only.split(","):
         res = CASES[key.strip()](args.repeat)

@@ -40,7 +40,7 @@ DEFAULT_TAIL_RATE_RPS = 0.2
 #: same on any machine at any load (one thread, fixed seed). Set by measurement well above what the
 #: shipped instances' solves need to prove optimality (``formulations/allocation.md``, "Solver
 #: limits"; ``benchmarks/bench_horizon.py``, case (e)).
-DEFAULT_NODE_LIMIT = 100_000
+DEFAULT_NODE_LIMIT = 20_000
 
 #: Largest node limit the solvers take (HiGHS's ``mip_max_nodes`` is a 32-bit integer).
 MAX_NODE_LIMIT = 2**31 - 1
@@ -48,7 +48,7 @@ MAX_NODE_LIMIT = 2**31 - 1
 #: Default wall-clock limit per solve (s): a safety net behind the work limit, not the stop rule
 #: (on a loaded machine a 60-s limit stopped rolling windows of the default instance; the plan then
 #: depended on the load).
-DEFAULT_TIME_LIMIT_S = 600.0
+DEFAULT_TIME_LIMIT_S = 900.0
 
 #: Default multiple of the dearest per-request cost used as the unserved-demand penalty
 #: (see ``formulations/allocation.md``, parameter ``penalty``).

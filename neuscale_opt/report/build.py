@@ -854,8 +854,8 @@ def _risks(
 def _stopped_text(statuses: pd.Series, what: str) -> str:
     """Which limit stopped how many solves, in :data:`~neuscale_opt.alloc.solution.STOPPED_BY`'s
     words ("" when none stopped at a limit)."""
-    parts = [f"{int((statuses == s).sum())} {what} {note}" for s, note in STOPPED_BY.items() if (statuses == s).any()]
-    return "; ".join(parts)
+    counts = {s: int((statuses == s).sum()) for s in STOPPED_BY}
+    return "; ".join(f"{n} {what}{'s' if n != 1 else ''} {STOPPED_BY[s]}" for s, n in counts.items() if n)
 
 
 def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluation, mine) -> Section:
@@ -863,19 +863,19 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
     eps = [e for e in plan.get("epochs") or [] if isinstance(e, dict) and "epoch" in e]
     statuses = pd.Series([e.get("status", "") for e in eps], dtype=object)
     counts = ", ".join(f"{n} {s}" for s, n in statuses.value_counts().sort_index().items() if s)
-    stopped = _stopped_text(statuses, "windows" if rolling else "epochs")
+    stopped = _stopped_text(statuses, "window" if rolling else "epoch")
     if rolling:
         w = int(meta["window"])
         text.append(
             f"Rolling horizon: at each of the {len(eps)} epochs a {w}-epoch window ({fmt(w * epoch_s / 60)} min) "
             f"was solved on the `{meta['forecast']}` forecast made from the epochs before it, with the state "
             "committed so far, and only its first epoch was committed; the auto-scaling rules of the horizon "
-            f"model couple the epochs. Windows: {counts or 'none'} (table below)."
+            f"model couple the epochs. Windows: {counts or 'none'}{'; ' + stopped if stopped else ''} (table below)."
         )
     elif plan["method"] in ("milp", "greedy", "homogeneous", "unlimited"):
         text.append(
             f"Independent epochs: each of the {len(eps) or len(solution.epochs)} epochs was planned on its own "
-            f"by `{plan['method']}`" + (f"; epochs: {counts}." if counts else ".")
+            f"by `{plan['method']}`" + (f"; epochs: {counts}" if counts else "") + (f"; {stopped}." if stopped else ".")
         )
     else:
         text.append(f"Method `{plan['method']}` over the horizon; status {plan['status']}.")

@@ -169,3 +169,101 @@ def test_node_limit_defaults_and_instance_key(tmp_path):
             load_instance(p)
         msg = str(err.value)
         assert "\n" not in msg and msg.startswith(str(p)) and "solver.node_limit" in msg, msg
+
+
+# ----------------------------------------------------------------------------------------------
+# where the limit that stopped a plan is visible: plan.json, the report
+# ----------------------------------------------------------------------------------------------
+def _rolling_plan(statuses: list[str], nodes: list[int]) -> dict:
+    eps = [
+        {"epoch": t, "status": s, "window_gap": 0.0 if s == "optimal" else 0.01, "window_nodes": n}
+        for t, (s, n) in enumerate(zip(statuses, nodes, strict=True))
+    ]
+    return {
+        "method": "milp",
+        "status": worst_status(statuses),
+        "objective": "cost",
+        "objective_value": 10.0,
+        "bound": 9.0,
+        "gap": 0.1,
+        "epochs": eps,
+    }
+
+
+def test_the_report_names_the_limit_of_each_window():
+    from types import SimpleNamespace
+
+    from neuscale_opt.report.build import _solved_section
+
+    plan = _rolling_plan(["optimal", "work_limit", "work_limit", "time_limit"], [3, 100, 100, 57])
+    meta = {"window": 2, "forecast": "last-peak", "bound": "LP relaxation"}
+    ev = SimpleNamespace(feasible=True, violations=[])
+    sec = _solved_section(plan, None, meta, True, {}, 300.0, ev, None)
+    text = " ".join(sec.text)
+    assert "2 windows stopped by the work limit (deterministic)" in text
+    assert "1 window stopped by the wall-clock limit (may differ between machines)" in text
+    table = next(t for t in sec.tables if "window nodes" in t.columns)
+    assert [r[table.columns.index("window nodes")] for r in table.rows] == [3, 100, 100, 57]
+    assert [r[table.columns.index("window status")] for r in table.rows] == [e["status"] for e in plan["epochs"]]
+    # independent epochs with the solver's bound: the plan's own status is named
+    plan = {**_rolling_plan(["work_limit"], [100]), "method": "milp"}
+    sec = _solved_section(plan, None, {}, False, {}, 300.0, ev, None)
+    assert "Status `work_limit` (stopped by the work limit (deterministic))" in " ".join(sec.text)
+
+
+# ----------------------------------------------------------------------------------------------
+# a whole plan stopped by the work limit: the allocation MILP of a random instance whose search needs
+# more than 5 nodes (37 with HiGHS 1.16), planned with slices of a quarter class (Mélange's slices)
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sliced():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from alloc_random import random_instance
+
+    coeffs = random_instance(21, n_types=12, n_classes=6)
+    opts = PlanOptions(allow_unserved=True, slice_factor=4, node_limit=None)
+    from neuscale_opt.alloc.plan import solve_milp
+
+    return coeffs, opts, solve_milp(coeffs, opts)
+
+
+def test_a_plan_stopped_by_the_work_limit_is_valid_and_bounded(sliced):
+    from neuscale_opt.alloc.plan import solve_milp
+
+    coeffs, opts, full = sliced
+    assert full.status == "optimal" and full.epochs[0]["nodes"] > 5  # the search without a limit
+    sol = solve_milp(coeffs, opts.replace(node_limit=5))
+    # the independent evaluator accepts the incumbent (else the status would read infeasible)
+    assert sol.status == "work_limit" and sol.epochs[0]["nodes"] >= 5
+    assert sol.bound <= full.objective_value * (1 + 1e-9) and full.objective_value <= sol.objective_value * (1 + 1e-9)
+    assert sol.gap == pytest.approx((sol.objective_value - sol.bound) / abs(sol.objective_value))
+    d = sol.to_dict(timing=False)
+    assert (d["status"], d["status_note"]) == ("work_limit", "stopped by the work limit (deterministic)")
+    assert full.to_dict(timing=False)["status_note"] is None
+
+
+def test_a_plan_stopped_by_the_work_limit_is_the_same_whatever_the_clock(sliced):
+    from neuscale_opt.alloc.plan import solve_milp
+
+    coeffs, opts, _ = sliced
+    plans = [solve_milp(coeffs, opts.replace(node_limit=5, time_limit_s=t)).to_json(timing=False) for t in (1e6, 30.0)]
+    plans.append(solve_milp(coeffs, opts.replace(node_limit=5, time_limit_s=1e6)).to_json(timing=False))
+    assert '"status": "work_limit"' in plans[0]
+    # the options record the time limit: compare everything else byte for byte
+    strip = [p.replace('"time_limit_s": 30.0', '"time_limit_s": 1000000.0') for p in plans]
+    assert strip[0] == strip[1] == strip[2]
+
+
+def test_the_summary_says_which_limit_stopped_the_plan(sliced):
+    from dataclasses import replace
+
+    from neuscale_opt.cli.plan import summary
+
+    coeffs, opts, full = sliced
+    for status, words in STOPPED_BY.items():
+        line = summary(replace(full, status=status), coeffs, quiet=True).splitlines()[0]
+        assert f": {status} ({words})" in line
+    assert "(" not in summary(full, coeffs, quiet=True).split(":", 1)[1].split(";")[0]
