@@ -48,7 +48,7 @@ MAX_NODE_LIMIT = 2**31 - 1
 #: Default wall-clock limit per solve (s): a safety net behind the work limit, not the stop rule
 #: (on a loaded machine a 60-s limit stopped rolling windows of the default instance; the plan then
 #: depended on the load).
-DEFAULT_TIME_LIMIT_S = 900.0
+DEFAULT_TIME_LIMIT_S = 1800.0
 
 #: Default multiple of the dearest per-request cost used as the unserved-demand penalty
 #: (see ``formulations/allocation.md``, parameter ``penalty``).
