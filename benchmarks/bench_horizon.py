@@ -14,6 +14,21 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
     reported before), in one run: seconds and values.
 (d) ``neuscale-opt plan --out DIR`` on the default instance (plan, baselines including the oracle,
     evaluation, report). Target: <= 12 s.
+(e) Branch-and-bound nodes of every solve of the shipped instances' plans (``plan`` as the CLI
+    runs it, and the MILP baselines of ``plan --out``: the oracle for a schedule, ``unlimited`` for
+    independent epochs), searched without a node limit: the evidence the default work limit
+    (``alloc.options.DEFAULT_NODE_LIMIT``) is set by. Nodes are a count, not a time: with one
+    thread and the fixed seed they are the same on any machine (``--repeat`` does not apply).
+    Case (a) also lists the default plan's nodes per window.
+
+    Measured (HiGHS 1.16, one thread, seed 0; node counts are load-independent, seconds are upper
+    bounds on a shared 2-core machine): the default 12-epoch rolling plan needs 1985, 1, 11, 3, 26,
+    11, 15, 11, 1, 1, 1, 1 nodes per window (window 0: 46 s at load 0.9-2.0, 60-84 s at load 4-6,
+    where the former 60-s clock stopped it); its oracle baseline 4808, 228, 1207, 520, 459, 9, 1, 1,
+    1, 1, 1, 0 (window 0: 73 s at load 5.5); ``horizon/azure-code`` 5965 in its first window (169 s
+    at load 2-3), then 1s; ``azure-conv`` at most 56 (``unlimited``), ``small``, ``placement/`` and
+    ``alloc/`` at most 1 (``fleet`` not measured: its plan did not finish in 12 min at load 7-9).
+    Default work limit 20,000 nodes: 3.4x the largest need.
 
 Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
 the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
@@ -90,6 +105,8 @@ def bench_default(repeat: int) -> dict[str, Any]:
         "bound": sol.bound,
         "gap": sol.gap,
         "max_window_gap": max(float(e.get("window_gap", 0.0)) for e in sol.epochs),
+        "window_statuses": [e.get("status") for e in sol.epochs],
+        "window_nodes": [e.get("window_nodes") for e in sol.epochs],
         "rows_sha256": rows_digest(sol),
     }
     return out
@@ -206,15 +223,91 @@ def bench_out(repeat: int) -> dict[str, Any]:
     return {"case": "(d) plan --out on the default instance", "load": at, "exit": code, "wall_s": wall, "cpu_s": cpu}
 
 
-CASES = {"a": bench_default, "b": bench_day, "c": bench_bound, "d": bench_out}
+@contextlib.contextmanager
+def solve_log():
+    """Every ``solve_model`` call of the planners, recorded (nodes, status, seconds) while inside."""
+    import neuscale_opt.alloc.plan as alloc_plan
+    import neuscale_opt.horizon.rolling as rolling
+    from neuscale_opt.alloc.solve import solve_model
+
+    log: list[dict[str, Any]] = []
+
+    def spy(m, options):
+        res = solve_model(m, options)
+        log.append({"nodes": res.nodes, "status": res.status, "seconds": round(res.seconds, 3)})
+        return res
+
+    saved = alloc_plan.solve_model, rolling.solve_model
+    alloc_plan.solve_model = rolling.solve_model = spy
+    try:
+        yield log
+    finally:
+        alloc_plan.solve_model, rolling.solve_model = saved
+
+
+#: Shipped instances case (e) plans (``--instances``; default: all of them).
+NODE_INSTANCES: list[str] = []
+
+
+def bench_nodes(repeat: int) -> dict[str, Any]:
+    from neuscale_opt.alloc.options import DEFAULT_NODE_LIMIT
+    from neuscale_opt.instance import shipped_instances
+    from neuscale_opt.planning import is_schedule, plan_any
+
+    del repeat  # node counts do not vary run to run
+    at = load()
+    plans = []
+    for name, path in shipped_instances().items():
+        if NODE_INSTANCES and name not in NODE_INSTANCES:
+            continue
+        coeffs, inst = load_plan_input(str(path))
+        options = PlanOptions.from_instance(inst).replace(node_limit=None)
+        first = None
+        for method in ("milp", "baseline"):
+            if method == "baseline":
+                method = "oracle" if is_schedule(first) else "unlimited"
+            t0 = time.perf_counter()
+            with solve_log() as log:
+                sol = plan_any(inst, coeffs, method, options.start_budget("total"))
+            first = first or sol
+            nodes = [r["nodes"] for r in log]
+            plans.append(
+                {
+                    "instance": name,
+                    "method": method,
+                    "status": sol.status,
+                    "solves": len(log),
+                    "max_nodes": max(nodes, default=0),
+                    "nodes": nodes,
+                    "seconds": [r["seconds"] for r in log],
+                    "statuses": sorted({r["status"] for r in log}),
+                    "wall_s": round(time.perf_counter() - t0, 2),
+                }
+            )
+            print(json.dumps(plans[-1]), file=sys.stderr, flush=True)
+    need = max(p["max_nodes"] for p in plans)
+    return {
+        "case": "(e) branch-and-bound nodes of every solve of the shipped instances' plans (no node limit)",
+        "load": at,
+        "default_node_limit": DEFAULT_NODE_LIMIT,
+        "max_nodes": need,
+        "headroom": DEFAULT_NODE_LIMIT / max(need, 1),
+        "all_optimal": all(set(p["statuses"]) <= {"optimal", "infeasible"} for p in plans),
+        "plans": plans,
+    }
+
+
+CASES = {"a": bench_default, "b": bench_day, "c": bench_bound, "d": bench_out, "e": bench_nodes}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", default="a,b,c,d", help="comma-separated cases among a, b, c, d")
+    ap.add_argument("--only", default="a,b,c,d,e", help="comma-separated cases among a, b, c, d, e")
     ap.add_argument("--json", default=None, help="write the results as JSON to this path")
+    ap.add_argument("--instances", default="", help="case (e): comma-separated shipped instances (default: all)")
     args = ap.parse_args()
+    NODE_INSTANCES[:] = [n for n in args.instances.split(",") if n]
     results = []
     for key in args.only.split(","):
         res = CASES[key.strip()](args.repeat)

@@ -5,7 +5,7 @@ Exit codes (the CLI contract, also in the README):
 * 0 - success (a plan, a table, a report)
 * 1 - the problem is infeasible (a one-line diagnosis says what cannot be covered)
 * 2 - bad input: a file, field or row is wrong; the message names it
-* 3 - the solver hit its time limit without an incumbent
+* 3 - the solver hit its work limit (nodes) or its time limit without an incumbent
 
 Library code raises these; ``neuscale_opt.cli.main`` turns them into a single line on stderr
 and the exit code, without a traceback unless ``--debug`` is given.
@@ -47,6 +47,7 @@ class InfeasibleError(NeuscaleError):
 
 
 class TimeLimitError(NeuscaleError):
-    """The solver stopped at its time limit without any feasible plan."""
+    """The solver stopped at its work limit or its time limit without any feasible plan (the
+    message says which)."""
 
     exit_code = EXIT_TIME_LIMIT

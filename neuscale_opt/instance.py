@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
+from neuscale_opt.alloc.options import DEFAULT_NODE_LIMIT, DEFAULT_TIME_LIMIT_S, MAX_NODE_LIMIT
 from neuscale_opt.catalog import DTYPE_BYTES, ENERGY_PROFILES, load_chips, load_models
 from neuscale_opt.errors import InputError
 from neuscale_opt.readers import check_path, read_toml
@@ -343,8 +344,12 @@ class Planning(_Frozen):
 
 
 class Solver(_Frozen):
+    """Solver settings. ``node_limit`` (branch-and-bound nodes per MILP solve) is the deterministic
+    stop rule; ``time_limit_s`` the wall-clock safety net behind it (``alloc.options``)."""
+
     backend: Literal["highs", "ortools"] = "highs"
-    time_limit_s: float = Field(default=60.0, gt=0)
+    time_limit_s: float = Field(default=DEFAULT_TIME_LIMIT_S, gt=0)
+    node_limit: int = Field(default=DEFAULT_NODE_LIMIT, gt=0, le=MAX_NODE_LIMIT)
     mip_gap: float = Field(default=1e-6, ge=0)
     threads: int = Field(default=1, gt=0)
 

@@ -26,7 +26,7 @@ Profile instance file (TOML, written by ``neuscale-opt import-melange``)::
 
     name = "..."; objective = "cost"
     [planning]  variant, serving, allow_unserved, unserved_penalty, util_cap, slice_factor
-    [solver]    backend, time_limit_s, mip_gap, threads
+    [solver]    backend, time_limit_s, node_limit, mip_gap, threads
     [profile]   epoch_s, pue, carbon_kg_per_kwh, inventory = {chip = healthy chips} (absent = unlimited)
     [[profile.classes]]      name, input_tokens?, output_tokens?
     [[profile.accelerators]] name, chip? (generation, default name), chips_per_vpod? (1),
@@ -46,7 +46,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import Field, ValidationError, model_validator
 
-from neuscale_opt.alloc.options import PlanOptions
+from neuscale_opt.alloc.options import DEFAULT_NODE_LIMIT, DEFAULT_TIME_LIMIT_S, MAX_NODE_LIMIT, PlanOptions
 from neuscale_opt.alloc.solution import Solution
 from neuscale_opt.coefficients import CONFIG_COLUMNS, Coefficients
 from neuscale_opt.errors import InfeasibleError, InputError
@@ -208,7 +208,8 @@ class ProfilePlanning(_Frozen):
 
 class ProfileSolver(_Frozen):
     backend: Literal["highs", "ortools"] = "highs"
-    time_limit_s: float = Field(default=60.0, gt=0)
+    time_limit_s: float = Field(default=DEFAULT_TIME_LIMIT_S, gt=0)
+    node_limit: int = Field(default=DEFAULT_NODE_LIMIT, gt=0, le=MAX_NODE_LIMIT)
     mip_gap: float = Field(default=1e-6, ge=0)
     threads: int = Field(default=1, gt=0)
 

@@ -35,6 +35,21 @@ TIME_LIMIT_SCOPES: tuple[str, ...] = ("per-solve", "per-window", "total")
 #: plan provisions for) gets no vPod group of its own (``formulations/allocation.md``, "Tail classes").
 DEFAULT_TAIL_RATE_RPS = 0.2
 
+#: Default work limit: branch-and-bound nodes per MILP solve (HiGHS ``mip_max_nodes``, SCIP
+#: ``limits/totalnodes``). The primary stop rule: a count, not a clock, so a solve it stops ends the
+#: same on any machine at any load (one thread, fixed seed). Set by measurement well above what the
+#: shipped instances' solves need to prove optimality (``formulations/allocation.md``, "Solver
+#: limits"; ``benchmarks/bench_horizon.py``, case (e)).
+DEFAULT_NODE_LIMIT = 20_000
+
+#: Largest node limit the solvers take (HiGHS's ``mip_max_nodes`` is a 32-bit integer).
+MAX_NODE_LIMIT = 2**31 - 1
+
+#: Default wall-clock limit per solve (s): a safety net behind the work limit, not the stop rule
+#: (on a loaded machine a 60-s limit stopped rolling windows of the default instance; the plan then
+#: depended on the load).
+DEFAULT_TIME_LIMIT_S = 1800.0
+
 #: Default multiple of the dearest per-request cost used as the unserved-demand penalty
 #: (see ``formulations/allocation.md``, parameter ``penalty``).
 DEFAULT_PENALTY_FACTOR = 10.0
@@ -95,6 +110,12 @@ class PlanOptions:
         inventories are counted only, whatever the setting (``formulations/allocation.md``).
     backend, time_limit_s, mip_gap, threads, seed:
         Solver settings. One thread and a fixed seed keep plans identical run to run.
+    node_limit:
+        Work limit: branch-and-bound nodes per MILP solve (``DEFAULT_NODE_LIMIT``; ``None`` = none).
+        The primary, deterministic stop rule: a solve it stops has status ``work_limit`` and ends
+        the same on any machine. ``time_limit_s`` (default ``DEFAULT_TIME_LIMIT_S``) is the safety
+        net behind it; a solve the clock stops has status ``time_limit`` and may differ between
+        machines (:data:`neuscale_opt.alloc.solution.STOPPED_BY`).
     time_limit_scope:
         What ``time_limit_s`` bounds: ``per-solve`` - every solver call (the default);
         ``per-window`` - all solves of one epoch (independent epochs) or one window (rolling
@@ -123,10 +144,11 @@ class PlanOptions:
     prune_dominated: bool = True
     placement: Placement = "pattern"
     backend: Backend = "highs"
-    time_limit_s: float | None = 60.0
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
     mip_gap: float = 1e-6
     threads: int = 1
     seed: int = 0
+    node_limit: int | None = DEFAULT_NODE_LIMIT
     time_limit_scope: TimeLimitScope = "per-solve"
     solver_log: bool = False
     save_lp: str | None = None
@@ -169,6 +191,9 @@ class PlanOptions:
             problems.append(f"slice_factor must be a positive integer, got {self.slice_factor}")
         if self.time_limit_s is not None and not (_number(self.time_limit_s) and 0 < self.time_limit_s < math.inf):
             problems.append(f"time_limit_s must be a finite number > 0, got {self.time_limit_s}")
+        nl = self.node_limit
+        if nl is not None and (isinstance(nl, bool) or not isinstance(nl, int) or not 1 <= nl <= MAX_NODE_LIMIT):
+            problems.append(f"node_limit must be an integer in [1, {MAX_NODE_LIMIT}], got {nl!r}")
         if not (_number(self.mip_gap) and 0 <= self.mip_gap < 1):
             problems.append(f"mip_gap must be in [0, 1), got {self.mip_gap}")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
@@ -208,6 +233,12 @@ class PlanOptions:
             return float(self.time_limit_s)
         return max(min(float(self.time_limit_s), self.deadline - time.monotonic()), 1e-3)
 
+    def limit_text(self, stopped_by: str) -> str:
+        """The limit that stopped a solve, in words: ``stopped_by`` is ``work_limit`` or ``time_limit``."""
+        if stopped_by == "work_limit":
+            return "the work limit" + (f" of {self.node_limit} nodes" if self.node_limit is not None else "")
+        return "the wall-clock limit" + (f" of {self.time_limit_s:g} s" if self.time_limit_s is not None else "")
+
     @classmethod
     def from_instance(cls, instance: Any, **overrides: Any) -> PlanOptions:
         """Read the options from a validated ``neuscale_opt.instance.Instance``.
@@ -239,6 +270,7 @@ class PlanOptions:
             ("mip_gap", "mip_gap"),
             ("threads", "threads"),
             ("seed", "seed"),
+            ("node_limit", "node_limit"),
         ):
             v = getattr(solver, key, None) if solver is not None else None
             if v is not None:

@@ -8,9 +8,10 @@
 * :func:`homogeneous` - one chip generation only (a given one, or the best of all);
 * :func:`plan` - dispatch by method name.
 
-Statuses: ``optimal`` (MILP proven within the gap), ``time_limit`` (MILP stopped with an
-incumbent, its gap reported), ``feasible`` (heuristic plan), ``infeasible`` (with a one-line
-diagnosis). A MILP stopped without any incumbent raises :class:`~neuscale_opt.errors.TimeLimitError`.
+Statuses: ``optimal`` (MILP proven within the gap), ``work_limit`` / ``time_limit`` (MILP stopped
+by the work limit, deterministic, or by the wall-clock limit, with an incumbent, its gap reported),
+``feasible`` (heuristic plan), ``infeasible`` (with a one-line diagnosis). A MILP stopped without
+any incumbent raises :class:`~neuscale_opt.errors.TimeLimitError`.
 Over several epochs the worst status wins, objective and bound are summed; a plan the independent
 evaluator finds infeasible is ``infeasible`` whatever the solver said (:func:`verdict_status`).
 """
@@ -175,11 +176,10 @@ def _milp_epoch(ctx: EpochContext, fixed: dict[str, int] | None = None) -> tuple
         "bound": res.bound,
         "gap": res.gap,
         "solve_seconds": res.seconds,
+        "nodes": res.nodes,
     }
     if res.status == "no_incumbent":
-        raise TimeLimitError(
-            f"epoch {ctx.epoch}: the solver hit the time limit of {opts.time_limit_s} s without a plan"
-        )
+        raise TimeLimitError(f"epoch {ctx.epoch}: the solver hit {opts.limit_text(res.stopped_by)} without a plan")
     if res.status == "infeasible" and fixed is not None:
         reason = f"epoch {ctx.epoch}: the fixed vPods cannot carry the demand (or cannot be placed)"
         return EpochPlan({}, {}, {}, status="infeasible", diagnosis=reason), info

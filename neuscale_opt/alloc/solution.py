@@ -103,8 +103,23 @@ PLACEMENT_COLUMNS: tuple[str, ...] = (
     "vpod",
 )
 PLACEMENT_SORT: list[str] = ["epoch", "vpod_group", "vpod"]
-JSON_STATUSES: tuple[str, ...] = ("optimal", "feasible", "time_limit", "infeasible")
+#: Statuses of a plan, best first (the worst of several solves is the plan's, :func:`worst_status`):
+#: ``work_limit`` - a MILP stopped by the work limit (node count) with its incumbent, the same on any
+#: machine; ``time_limit`` - stopped by the wall-clock limit, which may differ between machines.
+JSON_STATUSES: tuple[str, ...] = ("optimal", "feasible", "work_limit", "time_limit", "infeasible")
 _STATUS_RANK = {s: i for i, s in enumerate(JSON_STATUSES)}
+
+#: What a limit status means, in the words plan.json (``status_note``), the terminal summary and
+#: the report use.
+STOPPED_BY: dict[str, str] = {
+    "work_limit": "stopped by the work limit (deterministic)",
+    "time_limit": "stopped by the wall-clock limit (may differ between machines)",
+}
+
+
+def status_note(status: str) -> str | None:
+    """:data:`STOPPED_BY` of a limit status, None for any other."""
+    return STOPPED_BY.get(status)
 
 
 def worst_status(statuses) -> str:
@@ -296,7 +311,7 @@ class Solution:
 
     @property
     def has_plan(self) -> bool:
-        return self.status in ("optimal", "feasible", "time_limit")
+        return self.status in ("optimal", "feasible", *STOPPED_BY)
 
     def to_dict(self, timing: bool = True) -> dict[str, Any]:
         """The JSON contract (see the module docstring and ``formulations/allocation.md``).
@@ -319,6 +334,7 @@ class Solution:
                 e.pop("solve_seconds", None)
         out: dict[str, Any] = {
             "status": self.status,
+            "status_note": status_note(self.status),
             "method": self.method,
             "objective": self.objective,
             "objective_value": stable_float(self.objective_value),

@@ -1,9 +1,15 @@
 """The one door to solvers: HiGHS through Pyomo, and OR-Tools as a second backend.
 
 This is the only module of the package that imports solver interfaces. :func:`solve_model` takes
-a built Pyomo model and generic options (time limit, relative gap, threads, seed), and returns a
-:class:`SolveResult`: status, objective, proven bound, relative gap, wall time and the variable
-values. Infeasibility is a status, not an exception.
+a built Pyomo model and generic options (work limit, time limit, relative gap, threads, seed), and
+returns a :class:`SolveResult`: status, objective, proven bound, relative gap, branch-and-bound
+nodes, wall time and the variable values. Infeasibility is a status, not an exception.
+
+Two limits stop a MILP search (``formulations/allocation.md``, "Solver limits"): the work limit
+``options.node_limit`` (branch-and-bound nodes: HiGHS ``mip_max_nodes``, SCIP
+``limits/totalnodes``), deterministic with one thread and a fixed seed, and the wall-clock limit
+``options.solve_time_limit()``, a safety net. The status says which one stopped a solve:
+``work_limit`` or ``time_limit``.
 
 The OR-Tools backend does not re-formulate anything: it reads the Pyomo model's linear rows
 (``pyomo.repn.generate_standard_repn``) into ``pywraplp`` and solves them with SCIP, so both
@@ -13,6 +19,7 @@ backends solve exactly the same rows.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import logging
 import math
@@ -27,18 +34,24 @@ from pyomo.repn import generate_standard_repn
 
 from neuscale_opt.alloc.options import PlanOptions
 
-#: Statuses a solve can end with (``feasible`` is reserved for heuristics).
-STATUSES: tuple[str, ...] = ("optimal", "feasible", "time_limit", "infeasible")
+#: Statuses a solve can end with (``feasible`` is reserved for heuristics), as in
+#: :data:`neuscale_opt.alloc.solution.JSON_STATUSES`, plus ``no_incumbent``.
+STATUSES: tuple[str, ...] = ("optimal", "feasible", "work_limit", "time_limit", "infeasible", "no_incumbent")
+
+#: The statuses of a solve stopped by a limit with an incumbent (its gap reported).
+LIMIT_STATUSES: tuple[str, ...] = ("work_limit", "time_limit")
 
 
 @dataclass(frozen=True)
 class SolveResult:
     """Outcome of one solve.
 
-    ``status``: ``optimal`` (proven within the requested gap), ``time_limit`` (stopped at the limit
-    with an incumbent), ``infeasible`` or ``no_incumbent`` (stopped at the limit without any
-    feasible point). ``objective``/``bound`` are in objective units; ``gap`` is
-    (objective - bound) / max(|objective|, 1e-9). ``values`` maps a variable's name to
+    ``status``: ``optimal`` (proven within the requested gap), ``work_limit`` (stopped by the node
+    limit with an incumbent: deterministic), ``time_limit`` (stopped by the wall-clock limit with
+    an incumbent: may differ between machines), ``infeasible`` or ``no_incumbent`` (stopped by a
+    limit without any feasible point; ``stopped_by`` says which). ``objective``/``bound`` are in
+    objective units; ``gap`` is (objective - bound) / max(|objective|, 1e-9). ``nodes``: the
+    branch-and-bound nodes the search took (0 for an LP). ``values`` maps a variable's name to
     {index: value}.
     """
 
@@ -49,10 +62,12 @@ class SolveResult:
     seconds: float
     backend: str
     values: dict[str, dict[Any, float]] = field(default_factory=dict)
+    nodes: int = 0
+    stopped_by: str | None = None
 
     @property
     def has_plan(self) -> bool:
-        return self.status in ("optimal", "time_limit", "feasible")
+        return self.status in ("optimal", "feasible", *LIMIT_STATUSES)
 
 
 def relative_gap(objective: float, bound: float) -> float:
@@ -101,8 +116,8 @@ def save_model(m: pyo.ConcreteModel, path: str, fmt: str) -> str:
 
 
 def solve_model(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
-    """Solve ``m`` with ``options.backend`` under the time limit, gap, threads and seed given
-    (writing the model first when ``save_lp``/``save_mps`` is set)."""
+    """Solve ``m`` with ``options.backend`` under the work limit, time limit, gap, threads and seed
+    given (writing the model first when ``save_lp``/``save_mps`` is set)."""
     start = time.perf_counter()
     if options.save_lp:
         save_model(m, options.save_lp, "lp")
@@ -115,9 +130,7 @@ def solve_model(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
         res = _solve_highs(m, options)
     else:
         res = _solve_ortools(m, options)
-    return SolveResult(
-        res.status, res.objective, res.bound, res.gap, time.perf_counter() - start, res.backend, res.values
-    )
+    return dataclasses.replace(res, seconds=time.perf_counter() - start)
 
 
 @contextlib.contextmanager
@@ -310,6 +323,8 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     limit = options.solve_time_limit()
     if limit is not None:
         h.setOptionValue("time_limit", float(limit))
+    if options.node_limit is not None:
+        h.setOptionValue("mip_max_nodes", int(options.node_limit))
     for key, val in (
         ("threads", int(options.threads)),
         ("random_seed", int(options.seed)),
@@ -335,8 +350,13 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     if st in (ms.kInfeasible, ms.kUnboundedOrInfeasible):
         return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "highs")
     optimal = st == ms.kOptimal
-    has_incumbent = optimal or (st in (ms.kTimeLimit, ms.kIterationLimit, ms.kObjectiveBound) and sol.value_valid)
+    # the node limit ends a search with kSolutionLimit (HiGHS >= 1.7; kIterationLimit before): work
+    # limits, the same on any machine; kTimeLimit is the clock
+    work = st in (ms.kSolutionLimit, ms.kIterationLimit, ms.kObjectiveBound)
+    stopped_by = "time_limit" if st == ms.kTimeLimit else ("work_limit" if work else None)
+    has_incumbent = optimal or (stopped_by is not None and sol.value_valid)
     mip = bool(form.integer.any()) and info.mip_node_count != -1
+    nodes = max(int(info.mip_node_count), 0) if mip else 0
     obj = float(info.objective_function_value) if has_incumbent else math.nan
     if mip:
         bound = float(info.mip_dual_bound)
@@ -344,15 +364,16 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
         bound = obj if has_incumbent else math.nan
     bound = bound if math.isfinite(bound) else -math.inf
     if not (has_incumbent and math.isfinite(obj)):
-        status = "no_incumbent" if st == ms.kTimeLimit else "infeasible"
-        return SolveResult(status, math.nan, bound, math.inf, 0.0, "highs")
+        status = "no_incumbent" if stopped_by is not None else "infeasible"
+        return SolveResult(status, math.nan, bound, math.inf, 0.0, "highs", nodes=nodes, stopped_by=stopped_by)
     _load_values(m, form, sol.col_value)
     if optimal:
-        status = "optimal"
+        status, stopped_by = "optimal", None
         bound = min(bound, obj) if math.isfinite(bound) else obj
     else:
-        status = "time_limit"
-    return SolveResult(status, obj, bound, relative_gap(obj, bound), 0.0, "highs", _values(m))
+        status = stopped_by
+    gap = relative_gap(obj, bound)
+    return SolveResult(status, obj, bound, gap, 0.0, "highs", _values(m), nodes=nodes, stopped_by=stopped_by)
 
 
 def _linear_rows(m: pyo.ConcreteModel):
@@ -403,6 +424,13 @@ def _solve_ortools(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     limit = options.solve_time_limit()
     if limit is not None:
         solver.SetTimeLimit(int(math.ceil(limit * 1000)))
+    # SCIP's own parameters: the work limit (nodes, restarts included, as ``solver.nodes()`` counts
+    # them) and the seed
+    scip = f"randomization/randomseedshift = {int(options.seed)}\n"
+    if options.node_limit is not None:
+        scip += f"limits/totalnodes = {int(options.node_limit)}\n"
+    if not solver.SetSolverSpecificParametersAsString(scip):  # pragma: no cover - both are SCIP parameters
+        raise RuntimeError(f"SCIP refused the parameters {scip!r}")
     if options.solver_log:
         solver.EnableOutput()
     solver.SetNumThreads(int(options.threads))
@@ -413,17 +441,25 @@ def _solve_ortools(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
             code = solver.Solve(params)
     else:
         code = solver.Solve(params)
+    nodes = int(solver.nodes()) if any(v.is_integer() for v in var_list) else 0
+    # MPSolver reports a stopped search as FEASIBLE (or NOT_SOLVED without an incumbent) whichever
+    # limit stopped it: the node count tells the work limit from the clock
+    reached = options.node_limit is not None and nodes >= int(options.node_limit)
+    stopped_by = "work_limit" if reached else "time_limit"
     if code == pywraplp.Solver.INFEASIBLE:
-        return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "ortools")
+        return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "ortools", nodes=nodes)
     if code not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
-        return SolveResult("no_incumbent", math.nan, -math.inf, math.inf, 0.0, "ortools")
+        return SolveResult(
+            "no_incumbent", math.nan, -math.inf, math.inf, 0.0, "ortools", nodes=nodes, stopped_by=stopped_by
+        )
     obj = float(objective.Value())
     bound = float(objective.BestBound())
     if code == pywraplp.Solver.OPTIMAL:
-        status = "optimal"
+        status, stopped_by = "optimal", None
         bound = min(bound, obj)
     else:
-        status = "time_limit"
+        status = stopped_by
     for v, x in zip(var_list, xs, strict=True):
         v.set_value(float(x.solution_value()), skip_validation=True)
-    return SolveResult(status, obj, bound, relative_gap(obj, bound), 0.0, "ortools", _values(m))
+    gap = relative_gap(obj, bound)
+    return SolveResult(status, obj, bound, gap, 0.0, "ortools", _values(m), nodes=nodes, stopped_by=stopped_by)

@@ -1,7 +1,7 @@
 """Planning commands: ``plan``, ``evaluate`` and ``import-melange``.
 
 ``neuscale-opt plan [INSTANCE] [--method M] [--independent] [--objective energy|cost|carbon]
-[--time-limit S] [--time-limit-scope per-solve|per-window|total] [--mip-gap G] [--threads N]
+[--node-limit N] [--time-limit S] [--time-limit-scope per-solve|per-window|total] [--mip-gap G] [--threads N]
 [--solver-log] [--save-lp PATH] [--save-mps PATH] [--json PATH|-] [--out DIR] [--quiet] [--verbose]``
 
 With ``--out DIR`` it also runs the baselines (greedy, homogeneous, unlimited; the auto-scalers and
@@ -13,9 +13,9 @@ the oracle for a schedule) and writes the capacity-planning report there (``repo
 
 INSTANCE is an instance TOML (roofline coefficients), a profile instance TOML (a ``[profile]``
 table, e.g. written by ``import-melange``) or a Mélange JSON configuration; without it the embedded
-default instance is planned. Exit codes: 0 a plan (``optimal``, ``feasible`` or ``time_limit`` with
-an incumbent), 1 infeasible (one-line diagnosis on stderr), 2 bad input, 3 time limit without any
-plan.
+default instance is planned. Exit codes: 0 a plan (``optimal``, ``feasible``, or ``work_limit`` /
+``time_limit`` with an incumbent), 1 infeasible (one-line diagnosis on stderr), 2 bad input, 3 the
+work limit or the time limit without any plan.
 """
 
 from __future__ import annotations
@@ -122,11 +122,35 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _node_limit(text: str) -> int:
+    from neuscale_opt.alloc.options import MAX_NODE_LIMIT
+
+    v = _positive_int(text)
+    if v > MAX_NODE_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be <= {MAX_NODE_LIMIT}, got {text!r}")
+    return v
+
+
 def add_solver_args(p: argparse.ArgumentParser) -> None:
     """The solver options of ``plan`` and ``bench`` (they fill :class:`PlanOptions`)."""
-    from neuscale_opt.alloc.options import TIME_LIMIT_SCOPES
+    from neuscale_opt.alloc.options import DEFAULT_NODE_LIMIT, DEFAULT_TIME_LIMIT_S, TIME_LIMIT_SCOPES
 
-    p.add_argument("--time-limit", type=_positive_float, default=None, metavar="S", help="solver time limit (s)")
+    p.add_argument(
+        "--node-limit",
+        type=_node_limit,
+        default=None,
+        metavar="N",
+        help="work limit: branch-and-bound nodes per MILP solve, deterministic (default: the instance's "
+        f"solver.node_limit, {DEFAULT_NODE_LIMIT})",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=_positive_float,
+        default=None,
+        metavar="S",
+        help="wall-clock limit per solve (s), the safety net behind --node-limit (default: the instance's "
+        f"solver.time_limit_s, {DEFAULT_TIME_LIMIT_S:g})",
+    )
     p.add_argument(
         "--time-limit-scope",
         choices=TIME_LIMIT_SCOPES,
@@ -144,6 +168,7 @@ def add_solver_args(p: argparse.ArgumentParser) -> None:
 def solver_overrides(args: argparse.Namespace) -> dict:
     """The :class:`PlanOptions` fields the solver flags set (``None`` = keep the instance's)."""
     return {
+        "node_limit": args.node_limit,
         "time_limit_s": args.time_limit,
         "time_limit_scope": args.time_limit_scope,
         "mip_gap": args.mip_gap,
@@ -500,7 +525,11 @@ def summary(
         gap = f", gap {pct(sol.gap)} against the " + (
             "horizon's LP-relaxation bound" if "bound" in meta else "solver's bound"
         )
-    lines = [f"plan {sol.method} ({sol.options.variant}, {sol.options.serving}): {sol.status}{solved}{gap}"]
+    from neuscale_opt.alloc.solution import status_note
+
+    note = status_note(sol.status)
+    stopped = f" ({note})" if note else ""
+    lines = [f"plan {sol.method} ({sol.options.variant}, {sol.options.serving}): {sol.status}{stopped}{solved}{gap}"]
     if not sol.has_plan or quiet:
         return "\n".join(lines) + "\n"
     t = sol.totals

@@ -123,11 +123,17 @@ def solve_window(
     ``placement`` sub-blocks."""
     m = build_model(ctx)
     res = solve_model(m, ctx.options)
-    info = {"objective_value": res.objective, "bound": res.bound, "gap": res.gap, "solve_seconds": res.seconds}
+    info = {
+        "objective_value": res.objective,
+        "bound": res.bound,
+        "gap": res.gap,
+        "solve_seconds": res.seconds,
+        "nodes": res.nodes,
+    }
     if res.status == "no_incumbent":
         raise TimeLimitError(
-            f"epochs {ctx.epochs[0]}-{ctx.epochs[-1]}: the solver hit the time limit of "
-            f"{ctx.options.time_limit_s} s without a plan"
+            f"epochs {ctx.epochs[0]}-{ctx.epochs[-1]}: the solver hit {ctx.options.limit_text(res.stopped_by)} "
+            "without a plan"
         )
     if not res.has_plan:
         raise RuntimeError(f"horizon window {ctx.epochs[0]}-{ctx.epochs[-1]} is {res.status}")  # pragma: no cover
@@ -404,6 +410,7 @@ def assemble(
                 "created_vpods": int(rec["created_vpods"]),
                 "deleted_vpods": int(rec["deleted_vpods"]),
                 **({"window_gap": float(c.info["gap"])} if "gap" in c.info else {}),
+                **({"window_nodes": int(c.info["nodes"])} if "nodes" in c.info else {}),
                 **({"solve_seconds": float(c.info["solve_seconds"])} if "solve_seconds" in c.info else {}),
             }
         )

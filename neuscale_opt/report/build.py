@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from neuscale_opt.alloc.solution import STOPPED_BY
 from neuscale_opt.catalog import energy_spec, get_chip
 from neuscale_opt.io import frame_to_csv_text, to_json
 from neuscale_opt.report import plots
@@ -850,23 +851,31 @@ def _risks(
     return "; ".join(parts)
 
 
+def _stopped_text(statuses: pd.Series, what: str) -> str:
+    """Which limit stopped how many solves, in :data:`~neuscale_opt.alloc.solution.STOPPED_BY`'s
+    words ("" when none stopped at a limit)."""
+    counts = {s: int((statuses == s).sum()) for s in STOPPED_BY}
+    return "; ".join(f"{n} {what}{'s' if n != 1 else ''} {STOPPED_BY[s]}" for s, n in counts.items() if n)
+
+
 def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluation, mine) -> Section:
     text = []
     eps = [e for e in plan.get("epochs") or [] if isinstance(e, dict) and "epoch" in e]
     statuses = pd.Series([e.get("status", "") for e in eps], dtype=object)
     counts = ", ".join(f"{n} {s}" for s, n in statuses.value_counts().sort_index().items() if s)
+    stopped = _stopped_text(statuses, "window" if rolling else "epoch")
     if rolling:
         w = int(meta["window"])
         text.append(
             f"Rolling horizon: at each of the {len(eps)} epochs a {w}-epoch window ({fmt(w * epoch_s / 60)} min) "
             f"was solved on the `{meta['forecast']}` forecast made from the epochs before it, with the state "
             "committed so far, and only its first epoch was committed; the auto-scaling rules of the horizon "
-            f"model couple the epochs. Windows: {counts or 'none'} (table below)."
+            f"model couple the epochs. Windows: {counts or 'none'}{'; ' + stopped if stopped else ''} (table below)."
         )
     elif plan["method"] in ("milp", "greedy", "homogeneous", "unlimited"):
         text.append(
             f"Independent epochs: each of the {len(eps) or len(solution.epochs)} epochs was planned on its own "
-            f"by `{plan['method']}`" + (f"; epochs: {counts}." if counts else ".")
+            f"by `{plan['method']}`" + (f"; epochs: {counts}" if counts else "") + (f"; {stopped}." if stopped else ".")
         )
     else:
         text.append(f"Method `{plan['method']}` over the horizon; status {plan['status']}.")
@@ -879,7 +888,7 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
             + (
                 "every window was solved to optimality, but "
                 if set(statuses) <= {"optimal"}
-                else "some windows stopped at the time limit (their best incumbent was committed), and "
+                else f"some windows stopped at a limit ({stopped}; their best incumbent was committed), and "
             )
             + "a rolling plan is not proven optimal for "
             f"the horizon. Objective {fmt(float(obj) * scale)} {shown}; **bound** "
@@ -895,7 +904,9 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
             )
     elif bound is not None and math.isfinite(float(bound)):
         text.append(
-            f"Status `{plan['status']}`: objective {fmt(float(obj) * scale)} {shown}, solver bound "
+            f"Status `{plan['status']}`"
+            + (f" ({STOPPED_BY[plan['status']]})" if plan["status"] in STOPPED_BY else "")
+            + f": objective {fmt(float(obj) * scale)} {shown}, solver bound "
             f"{fmt(float(bound) * scale)} {shown}, gap {pct(gap)}."
         )
     else:
@@ -939,8 +950,11 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
     if rolling and eps:
         tables.append(
             Table(
-                ["start", "epoch", "window status", "window gap"],
-                [[clock(i * epoch_s), e["epoch"], e.get("status"), e.get("window_gap")] for i, e in enumerate(eps)],
+                ["start", "epoch", "window status", "window gap", "window nodes"],
+                [
+                    [clock(i * epoch_s), e["epoch"], e.get("status"), e.get("window_gap"), e.get("window_nodes")]
+                    for i, e in enumerate(eps)
+                ],
                 anchor="windows",
             )
         )

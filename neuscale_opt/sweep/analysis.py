@@ -24,10 +24,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from neuscale_opt.alloc.solution import STOPPED_BY
 from neuscale_opt.sweep.designs import NOMINAL
 from neuscale_opt.sweep.run import Prepared, cross_rows, execute, job_of, vpods_json
 
-PLAN_STATUSES = ("optimal", "time_limit")
+#: Statuses of a scenario whose MILP produced a plan (optimal, or stopped by a limit with an incumbent).
+PLAN_STATUSES = ("optimal", *STOPPED_BY)
 
 
 def solved(rows: pd.DataFrame) -> pd.DataFrame:

@@ -41,6 +41,7 @@ from neuscale_opt.alloc.context import (
 )
 from neuscale_opt.alloc.model import CONSTRAINT_BUILDERS, add_objective, add_sets, add_variables
 from neuscale_opt.alloc.options import PlanOptions
+from neuscale_opt.alloc.solution import worst_status
 from neuscale_opt.alloc.solve import solve_model
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import InputError
@@ -174,10 +175,13 @@ def robust_milp(
         res = solve_model(build_robust_model(ctxs, w, held), opts[0])
         seconds += res.seconds
         if not res.has_plan:
-            why = "no incumbent within the time limit" if res.status == "no_incumbent" else "no one plan fits all"
+            why = (
+                f"no incumbent within {opts[0].limit_text(res.stopped_by)}"
+                if res.status == "no_incumbent"
+                else "no one plan fits all"
+            )
             return RobustResult(res.status, math.nan, math.nan, math.inf, seconds, {}, f"epoch {e}: {why}", k)
-        if res.status != "optimal":
-            status = res.status
+        status = worst_status((status, res.status))
         obj += res.objective
         bound += res.bound
         n = {str(v): int(round(x)) for v, x in res.values.get("n_shared", {}).items() if round(x) > 0}

@@ -37,6 +37,7 @@ from typing import Any
 
 import pandas as pd
 
+from neuscale_opt.alloc.solution import STOPPED_BY
 from neuscale_opt.errors import InputError, TimeLimitError
 from neuscale_opt.instance import Instance, load_instance
 from neuscale_opt.sweep.apply import apply_values, base_value
@@ -212,7 +213,7 @@ def held_objective(coeffs: Any, options: Any, vpods: dict[int, dict[str, int]]) 
     from neuscale_opt.sweep.robust import robust_milp
 
     split = robust_milp([coeffs], options, fixed=vpods)
-    if split.status not in ("optimal", "time_limit"):
+    if split.status not in ("optimal", *STOPPED_BY):
         return math.inf, None
     sol = solve_milp(coeffs, options.replace(prune_dominated=False), method="fixed", fixed_vpods=split.groups)
     sol = replace(sol, solve_seconds=float(sol.solve_seconds) + float(split.seconds))

@@ -108,7 +108,7 @@ def test_time_limit_returns_incumbent_or_optimum():
 
     c = random_instance(11, n_types=6, n_classes=4)
     sol = solve_milp(c, PlanOptions(allow_unserved=True, time_limit_s=5.0))
-    assert sol.status in ("optimal", "time_limit")
+    assert sol.status in ("optimal", "work_limit", "time_limit")
     assert math.isfinite(sol.gap) and sol.gap >= 0
 
 

@@ -56,6 +56,8 @@ def test_solver_flags_reach_the_options_and_the_provenance(capsys):
         "7",
         "--time-limit-scope",
         "total",
+        "--node-limit",
+        "123",
         "--json",
         "-",
         "--quiet",
@@ -63,10 +65,20 @@ def test_solver_flags_reach_the_options_and_the_provenance(capsys):
     assert code == 0, err
     opts = json.loads(out)["provenance"]["options"]
     assert (opts["threads"], opts["mip_gap"], opts["time_limit_s"], opts["time_limit_scope"]) == (2, 0.01, 7.0, "total")
+    assert opts["node_limit"] == 123
 
 
 @pytest.mark.parametrize(
-    "flag, value", [("--threads", "0"), ("--mip-gap", "1.5"), ("--time-limit", "inf"), ("--time-limit", "-1")]
+    "flag, value",
+    [
+        ("--threads", "0"),
+        ("--mip-gap", "1.5"),
+        ("--time-limit", "inf"),
+        ("--time-limit", "-1"),
+        ("--node-limit", "0"),
+        ("--node-limit", "1.5"),
+        ("--node-limit", "2147483648"),
+    ],
 )
 def test_bad_solver_flags_are_one_line_errors(capsys, flag, value):
     code, _, err = run(capsys, "plan", SMALL, flag, value)
