@@ -109,3 +109,21 @@ def test_instance_is_frozen():
     inst = parse_instance(tomllib.loads(BASE))
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError on frozen models
         inst.name = "x"
+
+
+def test_node_limit_defaults_and_instance_key(tmp_path):
+    from neuscale_opt.alloc.options import DEFAULT_NODE_LIMIT, MAX_NODE_LIMIT, PlanOptions
+
+    assert PlanOptions().node_limit == DEFAULT_NODE_LIMIT and PlanOptions(node_limit=None).node_limit is None
+    p = tmp_path / "i.toml"
+    p.write_text(BASE)
+    assert PlanOptions.from_instance(load_instance(p)).node_limit == DEFAULT_NODE_LIMIT
+    assert PlanOptions.from_instance(load_instance(p), node_limit=7).node_limit == 7
+    p.write_text(BASE + "[solver]\nnode_limit = 250\n")
+    assert PlanOptions.from_instance(load_instance(p)).node_limit == 250
+    for bad in ("0", "1.5", "true", str(MAX_NODE_LIMIT + 1)):
+        p.write_text(BASE + f"[solver]\nnode_limit = {bad}\n")
+        with pytest.raises(InputError) as err:
+            load_instance(p)
+        msg = str(err.value)
+        assert "\n" not in msg and msg.startswith(str(p)) and "solver.node_limit" in msg, msg

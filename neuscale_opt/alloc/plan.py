@@ -171,13 +171,7 @@ def _milp_epoch(ctx: EpochContext, fixed: dict[str, int] | None = None) -> tuple
             m.n_vpods[g].setub(None)
             m.n_vpods[g].fix(int(fixed.get(g, 0)))
     res = solve_model(m, opts)
-    info = {
-        "objective_value": res.objective,
-        "bound": res.bound,
-        "gap": res.gap,
-        "solve_seconds": res.seconds,
-        "nodes": res.nodes,
-    }
+    info = res.info()
     if res.status == "no_incumbent":
         raise TimeLimitError(f"epoch {ctx.epoch}: the solver hit {opts.limit_text(res.stopped_by)} without a plan")
     if res.status == "infeasible" and fixed is not None:

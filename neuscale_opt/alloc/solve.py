@@ -69,6 +69,16 @@ class SolveResult:
     def has_plan(self) -> bool:
         return self.status in ("optimal", "feasible", *LIMIT_STATUSES)
 
+    def info(self) -> dict[str, Any]:
+        """The solve's figures the planners record per epoch or window."""
+        return {
+            "objective_value": self.objective,
+            "bound": self.bound,
+            "gap": self.gap,
+            "solve_seconds": self.seconds,
+            "nodes": self.nodes,
+        }
+
 
 def relative_gap(objective: float, bound: float) -> float:
     if not (math.isfinite(objective) and math.isfinite(bound)):

@@ -123,13 +123,7 @@ def solve_window(
     ``placement`` sub-blocks."""
     m = build_model(ctx)
     res = solve_model(m, ctx.options)
-    info = {
-        "objective_value": res.objective,
-        "bound": res.bound,
-        "gap": res.gap,
-        "solve_seconds": res.seconds,
-        "nodes": res.nodes,
-    }
+    info = res.info()
     if res.status == "no_incumbent":
         raise TimeLimitError(
             f"epochs {ctx.epochs[0]}-{ctx.epochs[-1]}: the solver hit {ctx.options.limit_text(res.stopped_by)} "

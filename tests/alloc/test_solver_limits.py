@@ -16,7 +16,7 @@ import numpy as np
 import pyomo.environ as pyo
 import pytest
 
-from neuscale_opt.alloc.options import DEFAULT_NODE_LIMIT, MAX_NODE_LIMIT, PlanOptions
+from neuscale_opt.alloc.options import MAX_NODE_LIMIT, PlanOptions
 from neuscale_opt.alloc.solution import JSON_STATUSES, STOPPED_BY, worst_status
 from neuscale_opt.alloc.solve import STATUSES, solve_model
 from neuscale_opt.errors import InputError
@@ -132,43 +132,6 @@ def test_statuses_are_one_list_everywhere():
 def test_bad_node_limits_are_refused(bad):
     with pytest.raises(InputError, match=r"^plan options: node_limit must be an integer in \[1, 2147483647\]"):
         PlanOptions(node_limit=bad)
-
-
-BASE = """
-name = "t"
-[model]
-name = "Llama-3-8B"
-[[fleet]]
-chip = "tpu-v5e"
-chips = 8
-[workload]
-[[workload.classes]]
-name = "a"
-input_tokens = 100
-output_tokens = 10
-[[workload.demand]]
-epoch = 0
-bucket = "a"
-rate_rps = 1.0
-"""
-
-
-def test_node_limit_defaults_and_instance_key(tmp_path):
-    from neuscale_opt.instance import load_instance
-
-    assert PlanOptions().node_limit == DEFAULT_NODE_LIMIT and PlanOptions(node_limit=None).node_limit is None
-    p = tmp_path / "i.toml"
-    p.write_text(BASE)
-    assert PlanOptions.from_instance(load_instance(p)).node_limit == DEFAULT_NODE_LIMIT
-    assert PlanOptions.from_instance(load_instance(p), node_limit=7).node_limit == 7
-    p.write_text(BASE + "[solver]\nnode_limit = 250\n")
-    assert PlanOptions.from_instance(load_instance(p)).node_limit == 250
-    for bad in ("0", "1.5", "true", str(MAX_NODE_LIMIT + 1)):
-        p.write_text(BASE + f"[solver]\nnode_limit = {bad}\n")
-        with pytest.raises(InputError) as err:
-            load_instance(p)
-        msg = str(err.value)
-        assert "\n" not in msg and msg.startswith(str(p)) and "solver.node_limit" in msg, msg
 
 
 # ----------------------------------------------------------------------------------------------
