@@ -33,13 +33,14 @@ import pyomo.environ as pyo
 from pyomo.repn import generate_standard_repn
 
 from neuscale_opt.alloc.options import PlanOptions
+from neuscale_opt.alloc.solution import STOPPED_BY
 
 #: Statuses a solve can end with (``feasible`` is reserved for heuristics), as in
 #: :data:`neuscale_opt.alloc.solution.JSON_STATUSES`, plus ``no_incumbent``.
 STATUSES: tuple[str, ...] = ("optimal", "feasible", "work_limit", "time_limit", "infeasible", "no_incumbent")
 
 #: The statuses of a solve stopped by a limit with an incumbent (its gap reported).
-LIMIT_STATUSES: tuple[str, ...] = ("work_limit", "time_limit")
+LIMIT_STATUSES: tuple[str, ...] = tuple(STOPPED_BY)
 
 
 @dataclass(frozen=True)

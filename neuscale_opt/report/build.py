@@ -785,6 +785,14 @@ def sweep_risk(summary: dict[str, Any]) -> str:
     return s
 
 
+def _worst_attainment(frame: pd.DataFrame | None, key: str) -> pd.Series | None:
+    """The row with the lowest SLO attainment among those with requests (ties: lowest ``key``)."""
+    if frame is None or frame.empty:
+        return None
+    frame = frame[frame["requests"] > 0].sort_values(["slo_attainment", key], kind="mergesort")
+    return None if frame.empty else frame.iloc[0]
+
+
 def _risks(
     plan: dict,
     mine: dict | None,
@@ -802,18 +810,12 @@ def _risks(
         s = f"{fmt(missed)} of {fmt(n)} replayed requests ({pct(missed / n if n else math.nan)}) miss their SLO" + (
             f" (target attainment {pct(target)})" if math.isfinite(target) else ""
         )
-        bb = detail.get("by_bucket")
-        if bb is not None and not bb.empty:
-            bb = bb[bb["requests"] > 0].sort_values(["slo_attainment", "bucket"], kind="mergesort")
-            if not bb.empty:
-                w = bb.iloc[0]
-                s += f", worst class {w['bucket']} at {pct(w['slo_attainment'])}"
-        be = detail.get("by_epoch")
-        if be is not None and not be.empty:
-            be = be[be["requests"] > 0].sort_values(["slo_attainment", "epoch"], kind="mergesort")
-            if not be.empty:
-                w = be.iloc[0]
-                s += f", worst epoch {clock(int(w['epoch']) * epoch_s)} at {pct(w['slo_attainment'])}"
+        w = _worst_attainment(detail.get("by_bucket"), "bucket")
+        if w is not None:
+            s += f", worst class {w['bucket']} at {pct(w['slo_attainment'])}"
+        w = _worst_attainment(detail.get("by_epoch"), "epoch")
+        if w is not None:
+            s += f", worst epoch {clock(int(w['epoch']) * epoch_s)} at {pct(w['slo_attainment'])}"
         unserved = int(mine.get("unserved", 0))
         if unserved:
             s += f"; {fmt(unserved)} requests never served"
