@@ -22,11 +22,27 @@ from neuscale_opt.alloc.heuristics import EpochPlan
 EPS = 1e-9
 
 
+def tail_rate(options: Any) -> float | None:
+    """The tail rate in force under ``options`` (req/s), or None when the rule is off: no
+    ``tail_rate_rps`` (or 0), or Mélange's slices (every class is cut into slices the model
+    assigns)."""
+    lim = options.tail_rate_rps
+    if lim is None or lim <= 0 or options.slice_factor is not None:
+        return None
+    return float(lim)
+
+
+def prompt_tokens(buckets: Any) -> dict[str, float]:
+    """Prompt length of each class (``buckets``: ``bucket``, ``input_tokens``), the distance of
+    :func:`nearest_first`."""
+    return dict(zip(buckets["bucket"].astype(str), buckets["input_tokens"].astype(float), strict=True))
+
+
 def tail_classes(ctx: EpochContext) -> dict[str, float]:
     """Classes of the epoch below the tail rate, with their rates (req/s)."""
-    lim = ctx.options.tail_rate_rps
-    if lim is None or lim <= 0 or ctx.options.slice_factor is not None:
-        return {}  # off, or Mélange's slices: every class is cut into slices the model assigns
+    lim = tail_rate(ctx.options)
+    if lim is None:
+        return {}
     return {b: r for b, r in sorted(ctx.bucket_rate.items()) if r < lim}
 
 
@@ -161,15 +177,16 @@ def split_tail(
 
 
 def route_tail_commit(
-    n: dict[str, int],
+    n: dict[str, float],
     x: dict[str, float],
     tail: dict[str, float],
     configs: Any,
     tokens: dict[str, float],
 ) -> tuple[dict[str, float], dict[str, str], set[str]]:
     """Route one committed epoch's tail classes (rates ``tail``) onto the spare capacity
-    ``n_g - u_g`` of its held groups (``n`` vPods per group, ``x`` rate per configuration) whose vPod
-    type has a configuration for the class (``configs``: the window's configurations, with
+    ``n_g - u_g`` of its held groups (``n`` the capacity of each group in vPods' worth: its vPods,
+    less the share the ones created in the epoch lose to the creation delay; ``x`` rate per
+    configuration) whose vPod type has a configuration for the class (``configs``: the window's configurations, with
     ``config_id``, ``bucket``, ``vpod_type``, ``group``, ``cap_rps``), nearest first
     (:func:`nearest_first`); a class may be split over groups. Returns the rates with the routes
     added, the group each routed configuration runs on (``assemble(groups_of=...)``) and the classes

@@ -50,7 +50,7 @@ from neuscale_opt.alloc.context import Prepared, prepare
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.alloc.placement import pod_order
 from neuscale_opt.alloc.solution import Solution
-from neuscale_opt.alloc.tail import nearest_first
+from neuscale_opt.alloc.tail import nearest_first, prompt_tokens, tail_rate
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.horizon.context import horizon_options, inventory_dropped
 from neuscale_opt.horizon.params import FLOOR_EPS, HorizonParams
@@ -174,8 +174,8 @@ def autoscale(
     w = params.monitor_epochs(t_s)
     demand = actual_demand(coeffs)
     buckets = coeffs.bucket_names
-    tokens = dict(zip(coeffs.buckets["bucket"].astype(str), coeffs.buckets["input_tokens"].astype(float), strict=True))
-    lim = opts.tail_rate_rps if opts.slice_factor is None else None
+    tokens = prompt_tokens(coeffs.buckets)
+    lim = tail_rate(opts)
 
     def tail_of(need: dict[str, float]) -> set[str]:
         return {b for b, r in need.items() if lim is not None and 0 < r < lim}

@@ -68,13 +68,27 @@ def window_placements(m: pyo.ConcreteModel, ctx: WindowContext, t: int, n: Mappi
     return milp_placements(SimpleNamespace(placement=sub), epoch_view(ctx, t), n)
 
 
+def routed_configs(configs: pd.DataFrame, route: Mapping[str, str] | None) -> pd.DataFrame:
+    """``configs`` with each configuration of ``route`` moved to the group it runs on (a coalesced or
+    tail class is listed on that group's placement rows)."""
+    if not route:
+        return configs
+    return configs.assign(group=[route.get(k, g) for k, g in zip(configs["config_id"], configs["group"], strict=True)])
+
+
 def epoch_placement_rows(
-    ctx: WindowContext, t: int, assigned: GroupPlacements, x: Mapping[str, float]
+    ctx: WindowContext,
+    t: int,
+    assigned: GroupPlacements,
+    x: Mapping[str, float],
+    route: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows of ``Solution.placements`` for epoch t (``alloc.placement.placement_rows``)."""
+    """Rows of ``Solution.placements`` for epoch t (``alloc.placement.placement_rows``); ``route``
+    as in :func:`view_placement_rows`."""
     if not assigned:
         return []
-    return placement_rows(epoch_view(ctx, t), assigned, x)
+    view = placement_view(t, ctx.options, routed_configs(ctx.configs, route), ctx.groups, ctx.placement)
+    return placement_rows(view, assigned, x)
 
 
 def view_placement_rows(
@@ -88,8 +102,6 @@ def view_placement_rows(
     """Rows of ``Solution.placements`` for epoch t of a reactive policy: ``assigned`` (group,
     placement) pairs, ``x`` the rate per configuration, ``route`` the group a coalesced configuration
     runs on (its class is listed on that group's rows)."""
-    cfg = prep.configs
-    if route:
-        cfg = cfg.assign(group=[route.get(k, g) for k, g in zip(cfg["config_id"], cfg["group"], strict=True)])
     groups = prep.configs.drop_duplicates("group")[["group", "chip", "placed_shape"]].reset_index(drop=True)
+    cfg = routed_configs(prep.configs, route)
     return placement_rows(placement_view(t, options, cfg, groups, prep.placement), assigned, x)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ from neuscale_opt.alloc.solution import (
     worst_status,
 )
 from neuscale_opt.alloc.solve import solve_model
+from neuscale_opt.alloc.tail import prompt_tokens, route_tail_commit, split_tail, tail_rate
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import TimeLimitError
 from neuscale_opt.horizon.context import State, WindowContext, build_window, horizon_options
@@ -49,7 +50,9 @@ ROW_FIELDS = ("bucket", "phase", "chip", "shape", "chips_per_vpod", "tp", "pp", 
 class EpochCommit:
     """One committed epoch: vPods per group, rate per configuration, unserved rate per class, the
     demand it was planned for, how it was found, and the placement rows of its vPods of placed
-    generations (``Solution.placements`` rows; empty when nothing is placed)."""
+    generations (``Solution.placements`` rows; empty when nothing is placed). ``routes`` maps a
+    configuration that runs on another group than its own (a tail class routed onto a held group's
+    spare capacity, ``alloc.tail``) to that group."""
 
     epoch: int
     n: dict[str, int]
@@ -59,6 +62,7 @@ class EpochCommit:
     status: str
     info: dict[str, Any]
     placements: tuple[dict[str, Any], ...] = ()
+    routes: dict[str, str] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -116,11 +120,17 @@ def instance_inventory(coeffs: Coefficients, events: Any = ()) -> dict[tuple[str
 
 
 def solve_window(
-    ctx: WindowContext, place: Iterable[int] | None = None
-) -> tuple[dict[int, EpochCommit], dict[str, Any]]:
-    """Solve one window; the plan of each of its epochs (not yet committed) and solver info. The
-    placements of the epochs in ``place`` (default: every epoch) are realised from the solved
-    ``placement`` sub-blocks."""
+    ctx: WindowContext,
+    place: Iterable[int] | None = None,
+    tail: dict[int, dict[str, float]] | None = None,
+    tokens: dict[str, float] | None = None,
+) -> tuple[dict[int, EpochCommit], dict[str, Any], set[str]]:
+    """Solve one window; the plan of each of its epochs (not yet committed), solver info and the
+    tail classes that found no room. The placements of the epochs in ``place`` (default: every
+    epoch) are realised from the solved ``placement`` sub-blocks. ``tail`` (per epoch of ``place``:
+    class -> rate, left out of ``ctx.demand``) is routed onto each solved epoch's held groups
+    (``alloc.tail.route_tail_commit``, with ``tokens`` the classes' prompt lengths); a class without
+    room is returned, and the caller solves again with it as ordinary demand."""
     m = build_model(ctx)
     res = solve_model(m, ctx.options)
     info = res.info()
@@ -134,25 +144,62 @@ def solve_window(
     v = res.values
     realise = set(ctx.epochs if place is None else place) if ctx.placement else set()
     out: dict[int, EpochCommit] = {}
+    left: set[str] = set()
+    prev: dict[str, int] | None = None if ctx.state is None else dict(ctx.state.n)
     for t in ctx.epochs:
         n = {str(g): int(round(x)) for (g, tt), x in v.get("n_vpods", {}).items() if tt == t and round(x) > 0}
         x = {str(k): max(val, 0.0) for (k, tt), val in v.get("rate", {}).items() if tt == t and val > 1e-9}
         s = {str(b): val for (b, tt), val in v.get("unserved", {}).items() if tt == t and val > 1e-9}
-        planned = {b: ctx.demand.get((b, t), 0.0) for b in ctx.buckets}
+        tail_t = (tail or {}).get(t, {})
+        routes: dict[str, str] = {}
+        if tail_t:  # room = vpod_capacity's right side: vPods created at t serve 1 - delta of it
+            cap = {g: c - ctx.delta * max(c - prev.get(g, 0), 0) if prev is not None else c for g, c in n.items()}
+            x, routes, short = route_tail_commit(cap, x, tail_t, ctx.configs, tokens or {})
+            left |= short
+        prev = n
+        planned = {b: ctx.demand.get((b, t), 0.0) + tail_t.get(b, 0.0) for b in ctx.buckets}
         rows: tuple[dict[str, Any], ...] = ()
         if t in realise:
-            rows = tuple(epoch_placement_rows(ctx, t, window_placements(m, ctx, t, n), x))
-        out[t] = EpochCommit(t, n, x, s, planned, res.status, {}, rows)
-    return out, info
+            rows = tuple(epoch_placement_rows(ctx, t, window_placements(m, ctx, t, n), x, routes))
+        out[t] = EpochCommit(t, n, x, s, planned, res.status, {}, rows, routes)
+    return out, info, left
+
+
+def solve_with_tail(
+    build: Callable[[dict[tuple[str, int], float]], WindowContext],
+    demand: dict[tuple[str, int], float],
+    epochs: list[int],
+    commit: Iterable[int],
+    tail_rate_rps: float | None,
+    tokens: dict[str, float],
+) -> tuple[WindowContext, dict[int, EpochCommit], dict[str, Any]]:
+    """A window solved under the tail rule (``formulations/horizon.md``, "Tail classes"): the
+    classes below ``tail_rate_rps`` get no demand in the model in any epoch of the window
+    (``alloc.tail.split_tail``) and are routed onto the held groups of the epochs of ``commit``
+    (the window's later epochs are solved again before they are committed); the classes that find
+    no room are planned as ordinary classes in a new solve (each pass adds at least one, as
+    ``alloc.tail.plan_with_tail``). ``build`` makes the window's context for a demand."""
+    commit = sorted(set(commit))
+    own: set[str] = set()
+    while True:
+        model_dem, tail = split_tail({k: r for k, r in demand.items() if k[0] not in own}, epochs, tail_rate_rps)
+        ctx = build({**demand, **model_dem})
+        routed = {t: tail[t] for t in commit if t in tail}
+        plans, info, left = solve_window(ctx, place=commit, tail=routed, tokens=tokens)
+        if not left:
+            return ctx, plans, info
+        own |= left
 
 
 def loads_of(commit: EpochCommit, configs: pd.DataFrame) -> dict[str, float]:
-    """u_{g,t} = sum_{k in g} r_k / c_k of a committed epoch."""
+    """u_{g,t} = sum_{k in g} r_k / c_k of a committed epoch (a routed configuration counts on the
+    group it runs on)."""
     cap = dict(zip(configs["config_id"], configs["cap_rps"].astype(float), strict=True))
     grp = dict(zip(configs["config_id"], configs["group"], strict=True))
     out: dict[str, float] = {}
     for k, r in commit.x.items():
-        out[grp[k]] = out.get(grp[k], 0.0) + r / cap[k]
+        g = commit.routes.get(k, grp[k])
+        out[g] = out.get(g, 0.0) + r / cap[k]
     return out
 
 
@@ -182,8 +229,14 @@ def plan_full(
     epochs = coeffs.epochs
     dem = actual_demand(coeffs) if demand is None else demand
     inv = instance_inventory(coeffs) if inventory is None else inventory
-    ctx = build_window(coeffs, opts, params, epochs, dem, inv)
-    plans, info = solve_window(ctx)
+    ctx, plans, info = solve_with_tail(
+        lambda d: build_window(coeffs, opts, params, epochs, d, inv),
+        dem,
+        list(epochs),
+        epochs,
+        tail_rate(opts),
+        prompt_tokens(coeffs.buckets),
+    )
     commits = [plans[t] for t in epochs]
     if progress is not None:
         progress(len(epochs))
@@ -212,6 +265,7 @@ def plan_rolling(
     inv = instance_inventory(coeffs) if inventory is None else inventory
     prep = prepare(coeffs, opts)
     keep = max(params.hold_epochs(float(coeffs.epoch_s)), 1)
+    lim, tokens = tail_rate(opts), prompt_tokens(coeffs.buckets)
     state: State | None = None
     commits: list[EpochCommit] = []
     seconds = 0.0
@@ -219,10 +273,17 @@ def plan_rolling(
     for i, t in enumerate(epochs):
         win = epochs[i : i + h]
         dem = forecast_window(coeffs, fc_method, t, win)
-        ctx = build_window(coeffs, opts.start_budget("per-window"), params, win, dem, inv, state, prep)
-        plans, info = solve_window(ctx, place=[t])
-        c = plans[t]
-        c = EpochCommit(c.epoch, c.n, c.x, c.s, c.planned, c.status, info, c.placements)
+        ctx, plans, info = solve_with_tail(
+            lambda d, win=win, state=state: build_window(
+                coeffs, opts.start_budget("per-window"), params, win, d, inv, state, prep
+            ),
+            dem,
+            win,
+            [t],
+            lim,
+            tokens,
+        )
+        c = replace(plans[t], info=info)
         seconds += info["solve_seconds"]
         commits.append(c)
         state = next_state(state, c, ctx.configs, inv, keep)
@@ -274,18 +335,27 @@ def relaxation_bound(
     A rolling plan's committed schedule is feasible for that model once each group's count is
     clipped to the model's upper bound (which costs no more, see ``n_vpods`` in the document), so
     the relaxation's optimum bounds its objective from below. One LP, no integer search. None when
-    the LP does not solve to optimality (a spent time budget)."""
+    the LP does not solve to optimality (a spent time budget).
+
+    Under the tail rule the LP covers the demand without the tail classes (the plan minus its tail
+    routes is feasible for it: routes only add load to held groups) and each tail request adds the
+    least it can cost, ``T min(min_k a_k, pen)`` over its class's configurations (served
+    somewhere, or unserved)."""
     import pyomo.environ as pyo
 
     opts = horizon_options(options)
-    ctx = build_window(coeffs, opts, params, list(coeffs.epochs), planned, inventory, None, prepared)
+    model_dem, tail = split_tail(planned, list(coeffs.epochs), tail_rate(opts))
+    ctx = build_window(coeffs, opts, params, list(coeffs.epochs), model_dem, inventory, None, prepared)
     m = build_model(ctx)
     add_held_if_used(m, ctx)
     pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
     res = solve_model(m, opts.start_budget("per-window"))
     if res.status != "optimal" or not math.isfinite(res.bound):
         return None
-    return float(res.bound)
+    a_min = ctx.configs.groupby("bucket")["var_obj_per_req"].min().astype(float).to_dict()
+    least = {b: min(a_min.get(b, math.inf), ctx.penalty_per_req) for b in ctx.buckets}
+    tail_cost = sum(ctx.epoch_s * least[b] * r for rates in tail.values() for b, r in rates.items())
+    return float(res.bound) + tail_cost
 
 
 # ----------------------------------------------------------------------------------------------
@@ -345,7 +415,7 @@ def assemble(
     uns: list[dict[str, Any]] = []
     placed: list[dict[str, Any]] = []
     for c in commits:
-        rows.extend(commit_rows(c, configs, (groups_of or {}).get(c.epoch)))
+        rows.extend(commit_rows(c, configs, {**c.routes, **(groups_of or {}).get(c.epoch, {})}))
         placed.extend(c.placements)
         uns.extend({"epoch": c.epoch, "bucket": b, "unserved_rps": v} for b, v in sorted(c.s.items()))
     alloc = tidy_allocations(pd.DataFrame(rows, columns=list(ALLOC_COLUMNS))) if rows else empty_allocations()

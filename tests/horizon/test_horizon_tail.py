@@ -100,3 +100,71 @@ def test_rolling_hook_routes_a_committed_epoch():
     # at 9.9 req/s the room is 0.01 x 2 = 0.02 req/s < 0.1: no route, tiny is left to plan again
     x, routes, left = route_tail_commit({"v|big": 1}, {"v|big": 9.9}, {"tiny": 0.1}, configs, tokens)
     assert x == {"v|big": 9.9} and routes == {} and left == {"tiny"}
+
+
+@pytest.mark.parametrize("planner", ["rolling", "full"])
+def test_horizon_milp_routes_tail_classes(planner):
+    """The rolling MILP and the full-horizon MILP (the oracle) under the same rule: tiny (0.1 req/s,
+    below the 0.2 req/s tail rate) gets no group of its own and rides on big's held v vPod, which
+    has 0.2 req/s of tiny's rate spare in epoch 0 (worked in ``test_tail_class_rides_on_the_held_group``)
+    and 0.4 in epoch 1 (capacity 1, load 0.8). Off, the model's best for tiny is a w vPod of its
+    own (5 W held against a second 100-W v vPod)."""
+    from neuscale_opt.horizon import plan_full, plan_rolling
+
+    def run(c, opts):
+        if planner == "rolling":
+            return plan_rolling(c, opts, HorizonParams(), forecast_method="oracle", window=2, bound=True)
+        return plan_full(c, opts, HorizonParams())
+
+    c = _coeffs(8.0)
+    sol = run(c, OPTS)
+    rows = _rows(sol)
+    for t in (0, 1):
+        assert rows[(t, "tiny")][0] == "v"
+        assert rows[(t, "tiny")][1] == rows[(t, "big")][1] == "v|big"
+        assert rows[(t, "tiny")][2] == pytest.approx(0.1)
+        assert rows[(t, "big")][2] == pytest.approx(8.0)
+    assert "w" not in set(sol.allocations["vpod_type"])
+    held = sol.allocations.drop_duplicates(["epoch", "vpod_group"])
+    assert held["n_vpods"].sum() == 2  # one v vPod in each epoch, nothing else
+    assert evaluate_schedule(sol, c, HorizonParams()).feasible
+    if planner == "rolling":  # the bound covers the routed tail: never above the plan
+        assert sol.bound <= sol.objective_value * (1 + 1e-9)
+    off = run(c, OPTS.replace(tail_rate_rps=0.0))
+    assert {_rows(off)[(t, "tiny")][0] for t in (0, 1)} == {"w"}
+    assert sol.objective_value < off.objective_value  # the routed plan holds 5 W less in both epochs
+
+
+def _coeffs_by_epoch(big: dict[int, float]):
+    """As :func:`_coeffs`, with big's rate per epoch."""
+    rows = [
+        vpod("g", "big", rate=10, static_w=100, name="v"),
+        vpod("g", "tiny", rate=2, static_w=100, name="v"),
+        vpod("h", "tiny", rate=0.2, static_w=5, name="w"),
+    ]
+    dem = {**{(t, "big"): r for t, r in big.items()}, **{(t, "tiny"): 0.1 for t in big}}
+    return make_coefficients(rows, dem, tokens={"big": (500, 50), "tiny": (600, 50)}, epoch_s=300.0)
+
+
+@pytest.mark.parametrize(
+    ("big", "tiny_type"),
+    [
+        # epoch 0 (warm start, no creation delay): big at 9.98 req/s loads its vPod to 0.998, room
+        # 0.002 x 2 = 0.004 req/s < 0.1: tiny is planned as an ordinary class and gets its w vPod
+        ({0: 9.98, 1: 9.98}, {0: "w", 1: "w"}),
+        # epoch 1 grows big to two vPods (18.9 req/s); the new one serves 1 - delta = 0.9 of the
+        # epoch, so the capacity is 1.9 and the load 1.89: room 0.01 x 2 = 0.02 req/s < 0.1 (without
+        # the delay it would be 0.22 and the route would overload the group); in epoch 0 tiny rides
+        # on v (room 0.4)
+        ({0: 8.0, 1: 18.9}, {0: "v", 1: "w"}),
+    ],
+)
+def test_rolling_milp_plans_a_tail_class_without_room(big, tiny_type):
+    from neuscale_opt.horizon import plan_rolling
+
+    c = _coeffs_by_epoch(big)
+    sol = plan_rolling(c, OPTS, HorizonParams(), forecast_method="oracle", window=2)
+    rows = _rows(sol)
+    assert {t: rows[(t, "tiny")][0] for t in big} == tiny_type
+    assert sol.unserved.empty
+    assert evaluate_schedule(sol, c, HorizonParams()).feasible
