@@ -263,6 +263,44 @@ def add_slice_assignment(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
         m.unserved_slice_assignment = pyo.Constraint(m.BUCKETS, rule=rule_u)
 
 
+def add_slice_linking(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
+    """**Constraint Name**: slice_linking
+
+    **Enforced Over**: CONFIGS with c_k > d_b(k), only when a slice factor S >= 2 is set
+
+    A group without vPods takes no slice of any class (the disaggregated linking rows of facility
+    location, a valid inequality):
+
+        r_k <= d_b(k) * n_g(k)
+
+    Every plan satisfies it (r_k <= d_b(k), and r_k > 0 needs n_g(k) >= 1 by ``vpod_capacity``),
+    so the feasible plans and the optimum are those without it; it only tightens the LP relaxation,
+    where a group could otherwise be opened by a sliver per class. Where c_k <= d_b(k) it is implied
+    by ``vpod_capacity`` (r_k <= c_k n_g) and left out. With S = 1 (binary slices) the rows are
+    not added: the plans of S = 1 stay those of the model without them (among equal-cost optima
+    HiGHS may return another one with them, e.g. on the shipped Mélange example).
+    """
+    if not hasattr(m, "slices") or int(ctx.options.slice_factor or 1) < 2:
+        return
+    rows = _rows(m, ctx)
+    rate, n = dict(m.rate.items()), dict(m.n_vpods.items())
+    link = {
+        k: (g, ctx.bucket_rate[b])
+        for k, b, g, c in zip(rows.ids, rows.bucket, rows.group, rows.cap, strict=True)
+        if c > ctx.bucket_rate[b]
+    }
+    if not link:
+        return
+
+    def rule(_m: pyo.ConcreteModel, k: str):
+        if k not in link:
+            return pyo.Constraint.Skip
+        g, d = link[k]
+        return _linear([1.0, -d], [rate[k], n[g]]) <= 0.0
+
+    m.slice_linking = pyo.Constraint(m.CONFIGS, rule=rule)
+
+
 def add_objective_bound(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     """**Constraint Name**: objective_bound
 
@@ -325,6 +363,7 @@ CONSTRAINT_BUILDERS: tuple[Callable[[pyo.ConcreteModel, EpochContext], None], ..
     add_vpod_capacity,
     add_chip_inventory,
     add_slice_assignment,
+    add_slice_linking,
     add_placement,
     add_objective_bound,
 )
