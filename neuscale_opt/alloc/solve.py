@@ -309,20 +309,22 @@ def recorded_form(m: pyo.ConcreteModel) -> LinearForm | None:
     indptr = [0]
     lo: list[float] = []
     hi: list[float] = []
+    get = order.get
     for comp in comps:
         for variables, coefs, row_lo, row_hi in families[comp.local_name]:
-            nonzero = False
+            start = len(indices)
             for v, c in zip(variables, coefs, strict=True):
-                j = col(v)
+                j = get(id(v))
+                if j is None:
+                    j = col(v)
                 if c != 0:
                     indices.append(j)
-                    data.append(float(c))
-                    nonzero = True
-            if not nonzero:
+                    data.append(c)
+            if len(indices) == start:
                 return None
             indptr.append(len(indices))
-            lo.append(-math.inf if row_lo is None else float(row_lo))
-            hi.append(math.inf if row_hi is None else float(row_hi))
+            lo.append(-math.inf if row_lo is None else row_lo)
+            hi.append(math.inf if row_hi is None else row_hi)
     if any(v.fixed for v in columns):
         return None
     n = len(columns)
@@ -339,15 +341,20 @@ def recorded_form(m: pyo.ConcreteModel) -> LinearForm | None:
         cost = cost[keep]
         columns = [columns[j] for j in keep]
         n = len(columns)
-    col_lo = np.empty(n)
-    col_hi = np.empty(n)
+    bounds = [v.bounds for v in columns]
+    col_lo = np.array([-math.inf if b[0] is None else b[0] for b in bounds], dtype=float)
+    col_hi = np.array([math.inf if b[1] is None else b[1] for b in bounds], dtype=float)
+    kinds: dict[int, bool] = {}  # integrality is the domain's: asked once per domain object
     integer = np.zeros(n, dtype=bool)
     for i, v in enumerate(columns):
-        lb, ub = v.bounds
-        col_lo[i] = -math.inf if lb is None else float(lb)
-        col_hi[i] = math.inf if ub is None else float(ub)
-        integer[i] = v.is_integer() or v.is_binary()
-    return LinearForm(columns, col_lo, col_hi, integer, a, np.asarray(lo), np.asarray(hi), cost, 0.0)
+        dom = v.domain
+        k = kinds.get(id(dom))
+        if k is None:
+            k = kinds[id(dom)] = bool(v.is_integer() or v.is_binary())
+        integer[i] = k
+    return LinearForm(
+        columns, col_lo, col_hi, integer, a, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float), cost, 0.0
+    )
 
 
 def _load_values(m: pyo.ConcreteModel, form: LinearForm, x) -> None:
