@@ -43,7 +43,8 @@ def test_rows_only_where_capacity_does_not_imply_them():
     rows = {}
     for k, con in m.slice_linking.items():
         repn = generate_standard_repn(con.body)
-        rows[k] = {(v.parent_component().local_name, v.index()): c for v, c in zip(repn.linear_vars, repn.linear_coefs, strict=True)}
+        terms = zip(repn.linear_vars, repn.linear_coefs, strict=True)
+        rows[k] = {(v.parent_component().local_name, v.index()): c for v, c in terms}
         assert con.upper == 0.0 and con.lower is None
     # c_k > d_b: X on in0_out0 (5 > 2) and Y on in0_out1 (20 > 8); X on in0_out1 (5 <= 8) and
     # Y on in0_out0 (1 <= 2) are implied by vpod_capacity
