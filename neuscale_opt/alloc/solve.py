@@ -11,6 +11,11 @@ Two limits stop a MILP search (``formulations/allocation.md``, "Solver limits"):
 ``options.solve_time_limit()``, a safety net. The status says which one stopped a solve:
 ``work_limit`` or ``time_limit``.
 
+HiGHS receives the model's standard form as arrays: for a model of
+:func:`neuscale_opt.alloc.model.build_model` still exactly as built, the rows its builders recorded
+while making its constraints (:func:`recorded_form`, the same arrays as Pyomo's compiler gives);
+for any other model, Pyomo's ``LinearStandardFormCompiler`` (:func:`linear_form`).
+
 The OR-Tools backend does not re-formulate anything: it reads the Pyomo model's linear rows
 (``pyomo.repn.generate_standard_repn``) into ``pywraplp`` and solves them with SCIP, so both
 backends solve exactly the same rows.
