@@ -10,24 +10,27 @@ Run: ``.venv/bin/python benchmarks/bench_alloc.py [--repeat N] [--json PATH]``
    instances, for each objective: gap = (heuristic - MILP) / MILP.
 
 Times are wall-clock medians over ``--repeat`` runs of the whole ``plan`` call (context, Pyomo
-build, solve, evaluation), single-threaded HiGHS.
+build, solve, evaluation), single-threaded HiGHS; section 1 also prints the median CPU time of the
+process per call.
 
-Measured 2026-12-01 on the shared 2-core machine, section 1 only (``--melange-only --repeat 7``),
-the previous code (``edbc489``) and the array-built fast path interleaved in one session, under a
-load average of 7.5-7.9 (every figure an upper bound; quiet figures are several times lower):
+Measured 2026-12-01 on the shared 2-core machine, section 1 only, the previous code (``9a0c415``)
+against this one (recorded model rows handed to HiGHS, garbage collection paused while an epoch's
+model is built and solved, the prepared configuration table kept for a repeated (coefficients,
+options) pair, ``slice_linking`` rows at S >= 2), interleaved in one session. ``--melange-only
+--repeat 7``, two rounds each, load average 5.9-6.1: wall medians 0.408 -> 0.330 s (continuous),
+0.275 -> 0.272 s (S = 1), 0.331 -> 0.297 s (S = 4); at that load the wall clock is mostly waiting
+for a core (wall is 4-6x the process's CPU time), so these are upper bounds. In CPU time of the
+process (medians of 21 warm calls per side, three interleaved rounds, load 6.0-8.3), the call went
+from 98 to 71 ms (continuous), 78 to 50 ms (S = 1), 76 to 61 ms (S = 4), 166 to 58 ms (S = 8);
+HiGHS's own run is 10-28 ms of it under that load. The 30 ms target is not shown on this loaded
+machine. Plans, objectives and bounds of the shipped instances are unchanged (hashed before/after).
 
-=================  ===============  ===============  =====
-slice factor       before (median)  after (median)   ratio
-=================  ===============  ===============  =====
-continuous         0.459 / 0.441 s  0.216 / 0.235 s  2.0x
-1                  0.258 / 0.286 s  0.185 / 0.187 s  1.5x
-4                  0.275 / 0.305 s  0.182 / 0.202 s  1.5x
-=================  ===============  ===============  =====
-
-In CPU time of the process (less inflated by the other jobs; load 5.5-8.7) the call went from
-91-146 to 63-67 ms (continuous), 64-68 to 44-47 ms (S = 1), 69-81 to 47-52 ms (S = 4); HiGHS's
-own solve is about 13-20 ms of it. The 30 ms target is not shown on this loaded machine. Plans,
-objectives and bounds are unchanged (the standard form handed to HiGHS is identical).
+Again at a load of 1.5-2.4 (wall and CPU then agree), medians of 27 warm calls per side, three
+interleaved rounds: 78.7 -> 59.5 ms (continuous), 59.3 -> 43.4 ms (S = 1), 54.3 -> 50.0 ms (S = 4),
+117 -> 50 ms (S = 8), 10 x 10 buckets x 8 types at S = 8 615 -> 128 ms. A single ``--melange-only
+--repeat 9`` run at load 2.4 printed 68 / 51 / 53 ms (HiGHS's solve 29 / 16 / 21 ms of it). Still
+above the 30 ms target: what is left is HiGHS (16-29 ms) and the pandas work of the context, the
+plan rows and the evaluation (the next step: an epoch context without pandas).
 """
 
 from __future__ import annotations
@@ -72,12 +75,20 @@ def melange_sized_config(slice_factor: int) -> MelangeConfig:
 
 
 def timed(fn, repeat: int) -> tuple[Any, float]:
-    times, out = [], None
+    out, wall, _cpu = timed_cpu(fn, repeat)
+    return out, wall
+
+
+def timed_cpu(fn, repeat: int) -> tuple[Any, float, float]:
+    """``fn()``'s result and its median wall and process CPU seconds over ``repeat`` runs (the CPU
+    time is less inflated than the wall clock when other jobs share the cores)."""
+    times, cpu, out = [], [], None
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = fn()
+        cpu.append(time.process_time() - c0)
         times.append(time.perf_counter() - t0)
-    return out, statistics.median(times)
+    return out, statistics.median(times), statistics.median(cpu)
 
 
 def bench_melange(repeat: int) -> list[dict[str, Any]]:
@@ -87,7 +98,7 @@ def bench_melange(repeat: int) -> list[dict[str, Any]]:
         coeffs = melange_coefficients(cfg)
         opts = PlanOptions(objective="cost", variant="pooled", util_cap=1.0, slice_factor=sf)
         plan(coeffs, opts, "milp")  # warm: first HiGHS instance of the process
-        sol, t = timed(lambda c=coeffs, o=opts: plan(c, o, "milp"), repeat)
+        sol, t, cpu = timed_cpu(lambda c=coeffs, o=opts: plan(c, o, "milp"), repeat)
         # cross-solver: the same rows solved by OR-Tools (SCIP) must reach the same optimum
         other = plan(coeffs, opts.replace(backend="ortools"), "milp")
         rows.append(
@@ -100,6 +111,7 @@ def bench_melange(repeat: int) -> list[dict[str, Any]]:
                 "cross_solver_ok": math.isclose(sol.objective_value, other.objective_value, rel_tol=1e-6),
                 "gpus": sol.totals["chips_by_version"],
                 "seconds": t,
+                "cpu_seconds": cpu,
                 "solver_seconds": sol.solve_seconds,
             }
         )
@@ -171,8 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     print("== solve times (median wall s of plan(), single thread) ==")
     for r in mel + timing:
         extra = f"slice_factor={r['slice_factor']}" if "slice_factor" in r else f"configs={r['configs']}"
+        cpu = f", CPU {r['cpu_seconds']:.4f} s" if "cpu_seconds" in r else ""
         print(
-            f"{r['bench']:<18} {extra:<18} {r['status']:<9} {r['seconds']:.4f} s (solver {r['solver_seconds']:.4f} s)"
+            f"{r['bench']:<18} {extra:<18} {r['status']:<9} {r['seconds']:.4f} s{cpu} "
+            f"(solver {r['solver_seconds']:.4f} s)"
         )
     print("== heuristic gaps vs MILP ((method - milp) / milp) ==")
     for g in gaps:

@@ -26,11 +26,25 @@ ours is never slower, at least 10x faster wherever CBC takes more than 1 s, and 
 or better (lower). Times are medians over ``--repeat`` interleaved runs in one process (ratios in
 one run); runs that hit CBC's time limit are not repeated.
 
-Measured 2026-12-01 after the planner's fast path (``--repeat 3``), shared 2-core machine at a load
-average of 8.3-8.9 (upper bounds, the machine was shared with several benchmark and test runs): both
-reproduce the published 6.70 USD/h; equal optima everywhere (7.34 USD/h on 6 x 6, 7.516 on 10 x 10);
-ours vs CBC median wall s: S = 1 0.37 vs 0.20, S = 2 0.38 vs 0.27, S = 4 0.46 vs 0.42, S = 8
-0.73 vs 0.79, 10 x 10 x 8 S = 8 3.53 vs 5.73. Not yet "never slower" on the small configurations.
+Measured 2026-12-01, the previous code (``9a0c415``) and this one (``slice_linking`` rows at
+S >= 2, recorded model rows handed to HiGHS, garbage collection paused while an epoch's model is
+built and solved) run alternately, two runs each (``--repeat 3``), shared 2-core machine at a load
+average of 5.1-5.9 with other test suites running (every figure an upper bound). Both reproduce the
+published 6.70 USD/h; equal optima everywhere (7.34 USD/h on 6 x 6, 7.516 on 10 x 10). Median wall
+s, ours before -> after (CBC in the same runs): S = 1 0.331 -> 0.329 (0.131), S = 2 0.348 -> 0.351
+(0.180), S = 4 0.295 -> 0.323 (0.274), S = 8 0.665 -> 0.368 (0.583), 10 x 10 x 8 S = 8 3.49 ->
+0.727 (5.24): 1.6x faster than CBC at S = 8, 7.2x on 10 x 10 x 8 (the 10x is not reached at this
+load), still 1.2-2.5x slower at S = 1-4, where the wall clock of a call is mostly waiting for a
+core (its CPU time is a fifth to a quarter of it, see ``bench_alloc.py``).
+
+The same alternation again when the load had dropped to 1.3-1.9 (closer to quiet): ours before ->
+after (CBC in the same runs), median wall s: S = 1 0.074 -> 0.049 (0.024), S = 2 0.069 -> 0.077
+(0.037), S = 4 0.065 -> 0.080 (0.088), S = 8 0.169 -> 0.104 (0.192), 10 x 10 x 8 S = 8 0.838 ->
+0.208 (1.19). Ahead of CBC at S = 4 (1.1x) and S = 8 (1.8x), 5.7x on 10 x 10 x 8 (target 10x: missed),
+2x slower at S = 1 and 2. At S = 2 and 4 the ``slice_linking`` rows cost HiGHS a few ms on this small
+configuration (more rows, the root already tight) and this run has them slower than before; they
+pay from S = 8 and on the larger configuration. This benchmark builds fresh coefficients for every
+call, so the prepared-table reuse of ``context.prepare`` does not apply here.
 """
 
 from __future__ import annotations

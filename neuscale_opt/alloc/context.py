@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -391,13 +392,35 @@ def _placed_shapes(cfg: pd.DataFrame, chips: set[str]) -> pd.Series:
     return pd.Series(out, index=cfg.index, dtype=object)
 
 
+#: The last few :func:`prepare` results, by coefficient bundle (weakly held) and options.
+_PREPARED: list[tuple[weakref.ref, PlanOptions, Prepared]] = []
+_PREPARED_KEEP = 4
+
+
 def prepare(coeffs: Coefficients, options: PlanOptions) -> Prepared:
     """The epoch-independent part of :func:`build_context`, computed once per horizon. Its
     ``options`` are ``options`` resolved (:func:`resolve_options`: the default penalty fixed).
 
     Pruning over all classes (not only those with demand in an epoch) is still exact: a group must
     then dominate on more classes, so fewer groups are dropped.
+
+    It depends on neither the demand nor the epoch, so the result is kept for the last few
+    (coefficient bundle, options) pairs and handed out again when the same bundle is planned with
+    equal options (repeated plans of one table, e.g. for several demands or methods).
+    :class:`~neuscale_opt.coefficients.Coefficients` is frozen and its tables are never modified
+    in place; the prepared table is only read downstream.
     """
+    for ref, opts, prep in _PREPARED:
+        if ref() is coeffs and opts == options:
+            return prep
+    prep = _prepare(coeffs, options)
+    _PREPARED[:] = [e for e in _PREPARED if e[0]() is not None][-(_PREPARED_KEEP - 1) :]
+    _PREPARED.append((weakref.ref(coeffs), options, prep))
+    return prep
+
+
+def _prepare(coeffs: Coefficients, options: PlanOptions) -> Prepared:
+    """:func:`prepare` itself (uncached)."""
     epoch_s = float(coeffs.epoch_s)
     cfg = usable_configs(coeffs, options)
     a, h = objective_coefficients(cfg, coeffs, options.objective, epoch_s)

@@ -55,6 +55,40 @@ def _linear(coefs: list[float], variables: list) -> LinearExpression | float:
     return LinearExpression(linear_coefs=coefs, linear_vars=variables)
 
 
+#: Attribute of a model built here holding its rows as the builders made them (see
+#: :func:`neuscale_opt.alloc.solve.recorded_form`): ``{"rows": {family: [(variables, coefs, lo,
+#: hi), ...]}, "objective": (component, [(variable, coef), ...])}``, rows in construction order.
+ROWS_ATTR = "_built_rows"
+
+
+def _family(m: pyo.ConcreteModel, name: str) -> list:
+    """The recorded rows of constraint family ``name`` (a fresh list, filled by its rule)."""
+    if ROWS_ATTR not in m.__dict__:
+        m.__dict__[ROWS_ATTR] = {"rows": {}, "objective": None}
+    rec = m.__dict__[ROWS_ATTR]
+    out: list = []
+    if rec is not None:
+        rec["rows"][name] = out
+    return out
+
+
+def _eq(rec: list, coefs: list[float], variables: list, rhs: float):
+    """The row ``sum coefs * variables == rhs``, recorded in ``rec``."""
+    rec.append((variables, coefs, rhs, rhs))
+    return _linear(coefs, variables) == rhs
+
+
+def _le(rec: list, coefs: list[float], variables: list, ub: float):
+    """The row ``sum coefs * variables <= ub``, recorded in ``rec``."""
+    rec.append((variables, coefs, None, ub))
+    return _linear(coefs, variables) <= ub
+
+
+def _unrecorded(m: pyo.ConcreteModel) -> None:
+    """Void the record (a family made a row it could not record: the model is compiled instead)."""
+    m.__dict__[ROWS_ATTR] = None
+
+
 def add_sets(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     """Index sets, all sorted so that the model (and the plan) is the same run to run.
 
@@ -143,16 +177,21 @@ def add_demand_coverage(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
         members[(b, p)].append(k)
     rate = dict(m.rate.items())
     unserved = dict(m.unserved.items()) if hasattr(m, "unserved") else None
+    rec = _family(m, "demand_coverage")
+    infeasible = []
 
     def rule(_m: pyo.ConcreteModel, b: str, p: str):
         terms = [rate[k] for k in members[(b, p)]]
         if unserved is not None:
             terms.append(unserved[b])
         if not terms:
+            infeasible.append((b, p))
             return pyo.Constraint.Infeasible
-        return _linear([1.0] * len(terms), terms) == ctx.demand[(b, p)]
+        return _eq(rec, [1.0] * len(terms), terms, ctx.demand[(b, p)])
 
     m.demand_coverage = pyo.Constraint(m.COVER, rule=rule)
+    if infeasible:
+        _unrecorded(m)
 
 
 def add_vpod_capacity(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
@@ -175,10 +214,11 @@ def add_vpod_capacity(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
         members[g].append((k, c))
     rate = dict(m.rate.items())
     n = dict(m.n_vpods.items())
+    rec = _family(m, "vpod_capacity")
 
     def rule(_m: pyo.ConcreteModel, g: str):
         terms = members[g]
-        return _linear([1.0 / c for _k, c in terms] + [-1.0], [rate[k] for k, _c in terms] + [n[g]]) <= 0.0
+        return _le(rec, [1.0 / c for _k, c in terms] + [-1.0], [rate[k] for k, _c in terms] + [n[g]], 0.0)
 
     m.vpod_capacity = pyo.Constraint(m.GROUPS, rule=rule)
 
@@ -200,11 +240,12 @@ def add_chip_inventory(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
         if rows.g_chip[g] in members:
             members[rows.g_chip[g]].append((g, rows.g_chips[g]))
     n = dict(m.n_vpods.items())
+    rec = _family(m, "chip_inventory")
 
     def rule(_m: pyo.ConcreteModel, c: str):
         if not members[c]:
             return 0.0 <= ctx.inventory[c]
-        return _linear([w for _g, w in members[c]], [n[g] for g, _w in members[c]]) <= ctx.inventory[c]
+        return _le(rec, [w for _g, w in members[c]], [n[g] for g, _w in members[c]], ctx.inventory[c])
 
     m.chip_inventory = pyo.Constraint(m.CHIPS, rule=rule)
 
@@ -249,18 +290,59 @@ def add_slice_assignment(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     s = int(ctx.options.slice_factor or 1)
     bucket_of = _rows(m, ctx).bucket_of
     rate, slices = dict(m.rate.items()), dict(m.slices.items())
+    rec = _family(m, "slice_assignment")
 
     def rule(_m: pyo.ConcreteModel, k: str):
-        return _linear([1.0, -(ctx.bucket_rate[bucket_of[k]] / s)], [rate[k], slices[k]]) == 0.0
+        return _eq(rec, [1.0, -(ctx.bucket_rate[bucket_of[k]] / s)], [rate[k], slices[k]], 0.0)
 
     m.slice_assignment = pyo.Constraint(m.CONFIGS, rule=rule)
     if hasattr(m, "unserved_slices"):
         unserved, unserved_slices = dict(m.unserved.items()), dict(m.unserved_slices.items())
+        rec_u = _family(m, "unserved_slice_assignment")
 
         def rule_u(_m: pyo.ConcreteModel, b: str):
-            return _linear([1.0, -(ctx.bucket_rate[b] / s)], [unserved[b], unserved_slices[b]]) == 0.0
+            return _eq(rec_u, [1.0, -(ctx.bucket_rate[b] / s)], [unserved[b], unserved_slices[b]], 0.0)
 
         m.unserved_slice_assignment = pyo.Constraint(m.BUCKETS, rule=rule_u)
+
+
+def add_slice_linking(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
+    """**Constraint Name**: slice_linking
+
+    **Enforced Over**: CONFIGS with c_k > d_b(k), only when a slice factor S >= 2 is set
+
+    A group without vPods takes no slice of any class (the disaggregated linking rows of facility
+    location, a valid inequality):
+
+        r_k <= d_b(k) * n_g(k)
+
+    Every plan satisfies it (r_k <= d_b(k), and r_k > 0 needs n_g(k) >= 1 by ``vpod_capacity``),
+    so the feasible plans and the optimum are those without it; it only tightens the LP relaxation,
+    where a group could otherwise be opened by a sliver per class. Where c_k <= d_b(k) it is implied
+    by ``vpod_capacity`` (r_k <= c_k n_g) and left out. With S = 1 (binary slices) the rows are
+    not added: the plans of S = 1 stay those of the model without them (among equal-cost optima
+    HiGHS may return another one with them, e.g. on the shipped Mélange example).
+    """
+    if not hasattr(m, "slices") or int(ctx.options.slice_factor or 1) < 2:
+        return
+    rows = _rows(m, ctx)
+    rate, n = dict(m.rate.items()), dict(m.n_vpods.items())
+    link = {
+        k: (g, ctx.bucket_rate[b])
+        for k, b, g, c in zip(rows.ids, rows.bucket, rows.group, rows.cap, strict=True)
+        if c > ctx.bucket_rate[b]
+    }
+    if not link:
+        return
+    rec = _family(m, "slice_linking")
+
+    def rule(_m: pyo.ConcreteModel, k: str):
+        if k not in link:
+            return pyo.Constraint.Skip
+        g, d = link[k]
+        return _le(rec, [1.0, -d], [rate[k], n[g]], 0.0)
+
+    m.slice_linking = pyo.Constraint(m.CONFIGS, rule=rule)
 
 
 def add_objective_bound(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
@@ -317,6 +399,12 @@ def add_objective(m: pyo.ConcreteModel, ctx: EpochContext) -> None:
     else:
         m.unserved_term = pyo.Expression(expr=0.0)
     m.total_objective = pyo.Objective(expr=m.served_term + m.held_term + m.unserved_term, sense=pyo.minimize)
+    rec = m.__dict__.get(ROWS_ATTR)
+    if rec is not None:
+        terms = [(rate[k], t * a[k]) for k in served] + [(n[g], h[g]) for g in held]
+        if hasattr(m, "unserved"):
+            terms += [(uns[b], pen) for b in m.BUCKETS]
+        rec["objective"] = (m.total_objective, terms)
 
 
 #: Constraint-family builders in build order (each ``add_<ID>`` creates the component ``<ID>``).
@@ -325,6 +413,7 @@ CONSTRAINT_BUILDERS: tuple[Callable[[pyo.ConcreteModel, EpochContext], None], ..
     add_vpod_capacity,
     add_chip_inventory,
     add_slice_assignment,
+    add_slice_linking,
     add_placement,
     add_objective_bound,
 )

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
+from pyomo.common.gc_manager import PauseGC
 
 from neuscale_opt.alloc.context import EpochContext, build_context, diagnose, prepare, resolve_options
 from neuscale_opt.alloc.evaluate import evaluate
@@ -161,6 +162,12 @@ def _milp_epoch(ctx: EpochContext, fixed: dict[str, int] | None = None) -> tuple
         reason = diagnose(ctx)
         if reason is not None:
             return EpochPlan({}, {}, {}, status="infeasible", diagnosis=reason), {"solve_seconds": 0.0}
+    with PauseGC():  # the model's many small objects would trigger full collections while built and solved
+        return _milp_solve(ctx, fixed)
+
+
+def _milp_solve(ctx: EpochContext, fixed: dict[str, int] | None) -> tuple[EpochPlan, dict[str, Any]]:
+    opts = ctx.options
     m = build_model(ctx)
     if fixed is not None:
         unusable = sorted(g for g, v in fixed.items() if v > 0 and g not in m.GROUPS)

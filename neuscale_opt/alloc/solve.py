@@ -11,6 +11,11 @@ Two limits stop a MILP search (``formulations/allocation.md``, "Solver limits"):
 ``options.solve_time_limit()``, a safety net. The status says which one stopped a solve:
 ``work_limit`` or ``time_limit``.
 
+HiGHS receives the model's standard form as arrays: for a model of
+:func:`neuscale_opt.alloc.model.build_model` still exactly as built, the rows its builders recorded
+while making its constraints (:func:`recorded_form`, the same arrays as Pyomo's compiler gives);
+for any other model, Pyomo's ``LinearStandardFormCompiler`` (:func:`linear_form`).
+
 The OR-Tools backend does not re-formulate anything: it reads the Pyomo model's linear rows
 (``pyomo.repn.generate_standard_repn``) into ``pywraplp`` and solves them with SCIP, so both
 backends solve exactly the same rows.
@@ -257,6 +262,106 @@ def linear_form(m: pyo.ConcreteModel) -> LinearForm:
     return LinearForm(cols, lo, hi, integer, a, row_lo, row_hi, cost, offset)
 
 
+def recorded_form(m: pyo.ConcreteModel) -> LinearForm | None:
+    """The standard form of a model made by :func:`neuscale_opt.alloc.model.build_model` from the
+    rows its builders recorded while making its constraints (``model.ROWS_ATTR``): the same arrays as
+    :func:`linear_form` (same column and row order, zeros and unused columns dropped; a test checks
+    them equal), without walking every constraint's expression again.
+
+    ``None`` - compile the model instead - unless the model is still exactly as built: its one
+    active objective is the recorded ``total_objective``, its active constraints are exactly the
+    recorded families (no other family, block or deactivated row), every recorded row has a
+    nonzero and no variable is fixed. Variable bounds and integrality are read from the variables
+    at solve time (so a relaxed copy, ``core.relax_integer_vars``, is read as relaxed)."""
+    import numpy as np
+    from scipy.sparse import csr_matrix
+
+    from neuscale_opt.alloc.model import ROWS_ATTR
+
+    rec = m.__dict__.get(ROWS_ATTR)
+    if not rec or rec["objective"] is None:
+        return None
+    objective, obj_terms = rec["objective"]
+    active = list(m.component_data_objects(pyo.Objective, active=True, descend_into=True))
+    if len(active) != 1 or active[0] is not objective:
+        return None
+    families = rec["rows"]
+    comps = list(m.component_objects(pyo.Constraint, active=True, descend_into=True))
+    if [c.local_name for c in comps] != list(families) or any(c.parent_block() is not m for c in comps):
+        return None
+    for comp in comps:
+        rows = families[comp.local_name]
+        if len(comp) != len(rows) or not all(c.active for c in comp.values()):
+            return None
+    order: dict[int, int] = {}
+    columns: list = []
+
+    def col(v) -> int:
+        # as Pyomo's compiler numbers them: at the first variable of an indexed variable met, all
+        # of that variable's members in index order
+        j = order.get(id(v))
+        if j is None:
+            for member in v.parent_component().values():
+                order[id(member)] = len(columns)
+                columns.append(member)
+            j = order[id(v)]
+        return j
+
+    c_idx = [col(v) for v, _c in obj_terms]
+    c_val = [float(c) for _v, c in obj_terms]
+    indices: list[int] = []
+    data: list[float] = []
+    indptr = [0]
+    lo: list[float] = []
+    hi: list[float] = []
+    get = order.get
+    for comp in comps:
+        for variables, coefs, row_lo, row_hi in families[comp.local_name]:
+            start = len(indices)
+            for v, c in zip(variables, coefs, strict=True):
+                j = get(id(v))
+                if j is None:
+                    j = col(v)
+                if c != 0:
+                    indices.append(j)
+                    data.append(c)
+            if len(indices) == start:
+                return None
+            indptr.append(len(indices))
+            lo.append(-math.inf if row_lo is None else row_lo)
+            hi.append(math.inf if row_hi is None else row_hi)
+    if any(v.fixed for v in columns):
+        return None
+    n = len(columns)
+    a = csr_matrix((np.asarray(data, dtype=float), np.asarray(indices, dtype=np.int32), indptr), shape=(len(lo), n))
+    a = a.tocsc()
+    a.sum_duplicates()
+    a.eliminate_zeros()
+    cost = np.zeros(n)
+    np.add.at(cost, np.asarray(c_idx, dtype=np.int64), np.asarray(c_val, dtype=float))
+    used = (np.diff(a.indptr) > 0) | (cost != 0)
+    if not used.all():
+        keep = np.flatnonzero(used)
+        a = a[:, keep]
+        cost = cost[keep]
+        columns = [columns[j] for j in keep]
+        n = len(columns)
+    bounds = [v.bounds for v in columns]
+    col_lo = np.array([-math.inf if b[0] is None else b[0] for b in bounds], dtype=float)
+    col_hi = np.array([math.inf if b[1] is None else b[1] for b in bounds], dtype=float)
+    kinds: dict[int, bool] = {}  # integrality is the domain's: asked once per domain object
+    integer = np.zeros(n, dtype=bool)
+    for i, v in enumerate(columns):
+        dom = v.domain
+        k = kinds.get(id(dom))
+        if k is None:
+            k = kinds[id(dom)] = bool(v.is_integer() or v.is_binary())
+        integer[i] = k
+    return LinearForm(
+        columns, col_lo, col_hi, integer, a, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float), cost, 0.0
+    )
+
+
 def _load_values(m: pyo.ConcreteModel, form: LinearForm, x) -> None:
     """Values of the solved columns into the Pyomo variables; variables outside the form take their
     fixed value, or the bound nearest 0 (they appear in no row nor the objective)."""
@@ -305,7 +410,7 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
 
     _highs_threads(int(options.threads))
     try:
-        form = linear_form(m)
+        form = recorded_form(m) or linear_form(m)
     except TriviallyInfeasible:
         return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "highs")
     n = len(form.columns)
