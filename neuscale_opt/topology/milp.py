@@ -52,9 +52,11 @@ def _check_counts(counts: CountMap, data: Mapping[str, GenPlacementData]) -> Non
 def add_pattern_constraints(b: pyo.Block, counts: CountMap, data: Mapping[str, GenPlacementData]) -> None:
     """**Pattern variant.** For every generation c with pod states:
 
-    * ``y_pattern[c, i, p]`` (integer, pods): pods of state i packed with block pattern p;
-    * ``c_pattern_pods[c, i]``: ``sum_p y[c, i, p] <= m_i`` (pods of the state);
-    * ``c_pattern_cover[c, k]``: ``sum_{i, p} a[p, k] y[c, i, p] >= sum_{s in kind k} N[c, s]``;
+    * ``y_pattern[c, j, p]`` (integer, pods): pods of pattern class j (``GenPlacementData.classes``)
+      packed with block pattern p;
+    * ``c_pattern_pods[c, j]``: ``sum_p y[c, j, p] <= m_j`` (pods of the class);
+    * ``c_pattern_cover[c, k]``: ``sum_{j, p} a[p, k] y[c, j, p] >= sum_{s in kind k} N[c, s]``, except
+      the 3-D one-cube kind (``free_kinds``), which ``c_cube_hosts`` alone places;
     * 2-D ``c_fine_capacity[c, f]``: ``sum_{g fine, |g| >= |f|} |g|/|f| N[c, g]
       + (|host|/|f|) sum_k hosts_k N_k <= cap_f``;
     * 3-D ``w_cube[c, j, q]`` (integer, cubes): damaged cubes of class j using sub-cube pattern q,
@@ -62,24 +64,29 @@ def add_pattern_constraints(b: pyo.Block, counts: CountMap, data: Mapping[str, G
       healthy cubes; ``c_cube_cover[c, f]``: ``sum_{j, q} b[q, f] w[c, j, q] + r[c, f] >= N[c, f]``;
       ``c_cube_hosts[c]``: ``sum_f hosts_f r[c, f] + 16 sum_k cubes_k N_k <= 16 H``.
     """
-    y_idx = [
-        (c, i, p) for c, d in data.items() for i, g in enumerate(d.groups) for p in range(len(d.patterns[i])) if d.kinds
-    ]
-    mult = {(c, i): g.multiplicity for c, d in data.items() for i, g in enumerate(d.groups)}
-    b.y_pattern = pyo.Var(y_idx, domain=pyo.NonNegativeIntegers, bounds=lambda _b, c, i, p: (0, mult[c, i]))
-    pods_idx = sorted({(c, i) for c, i, _ in y_idx})
+    pats = {(c, j): d.patterns[cl[0]] for c, d in data.items() for j, cl in enumerate(d.classes)}
+    y_idx = [(c, j, p) for c, d in data.items() if d.kinds for j in range(len(d.classes)) for p in range(len(pats[c, j]))]
+    mult = {(c, j): d.class_multiplicity(j) for c, d in data.items() for j in range(len(d.classes))}
+    b.y_pattern = pyo.Var(y_idx, domain=pyo.NonNegativeIntegers, bounds=lambda _b, c, j, p: (0, mult[c, j]))
+    pods_idx = sorted({(c, j) for c, j, _ in y_idx})
     b.c_pattern_pods = pyo.Constraint(
-        pods_idx,
-        rule=lambda b, c, i: sum(b.y_pattern[c, i, p] for p in range(len(data[c].patterns[i]))) <= mult[c, i],
+        pods_idx, rule=lambda b, c, j: sum(b.y_pattern[c, j, p] for p in range(len(pats[c, j]))) <= mult[c, j]
     )
+    # the non-zero pattern entries of each (generation, kind), gathered once
+    terms: dict[tuple[str, int], list[tuple[int, tuple]]] = {}
+    for c, j, p in y_idx:
+        for k, a in enumerate(pats[c, j][p]):
+            if a:
+                terms.setdefault((c, k), []).append((a, (c, j, p)))
 
     def cover(b, c, k):
         d = data[c]
-        lhs = sum(d.patterns[i][p][k] * b.y_pattern[c, i, p] for (cc, i, p) in y_idx if cc == c and d.patterns[i][p][k])
+        if k in d.free_kinds:  # one-cube slices: c_cube_hosts places them
+            return pyo.Constraint.Skip
         rhs = sum(_n(counts, c, s) for s in d.block_shapes if d.kind_of[s] == k)
         if isinstance(rhs, int) and rhs == 0:
             return pyo.Constraint.Skip
-        return lhs >= rhs
+        return sum(a * b.y_pattern[idx] for a, idx in terms.get((c, k), ())) >= rhs
 
     b.c_pattern_cover = pyo.Constraint([(c, k) for c, d in data.items() for k in range(len(d.kinds))], rule=cover)
 
@@ -214,22 +221,21 @@ def add_placement_constraints(
 def pattern_choice(
     blk: pyo.Block, data: Mapping[str, GenPlacementData]
 ) -> tuple[dict[str, dict[str, tuple[int, ...]]], dict[str, dict[int, list[tuple[tuple[int, ...], int]]]]]:
-    """From a solved pattern block: per generation, pod id -> block pattern (pods of a state take the
-    chosen patterns in id order) and damaged cube class -> [(pattern, cubes)]; the inputs of
+    """From a solved pattern block: per generation, pod id -> block pattern (the pods of a pattern
+    class, states in order and each state's pods in id order, take the chosen patterns in order) and damaged cube class -> [(pattern, cubes)]; the inputs of
     :func:`neuscale_opt.topology.patterns.realize_generation`."""
     pods: dict[str, dict[str, tuple[int, ...]]] = {}
     cubes: dict[str, dict[int, list]] = {}
     for c, d in data.items():
         pods[c] = {}
-        for i, g in enumerate(d.groups):
-            ids = list(g.pod_ids)
-            if not d.kinds:
-                continue
-            for p, pat in enumerate(d.patterns[i]):
-                n = round(pyo.value(blk.y_pattern[c, i, p]))
-                for _ in range(n):
-                    if ids:
-                        pods[c][ids.pop(0)] = pat
+        if d.kinds:
+            for j in range(len(d.classes)):
+                ids = list(d.class_pods(j))
+                for p, pat in enumerate(d.patterns[d.classes[j][0]]):
+                    n = round(pyo.value(blk.y_pattern[c, j, p]))
+                    for _ in range(n):
+                        if ids:
+                            pods[c][ids.pop(0)] = pat
         cubes[c] = {}
         if d.topology == "torus3d_cubes" and d.fine_shapes:
             for j in range(len(d.cube_classes)):
