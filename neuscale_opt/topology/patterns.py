@@ -538,22 +538,29 @@ def _realize_blocks_2d(data, pid: str, st: PodState, take: list[int], used: set[
 
 def _realize_fine_2d(data, pods, need: list[int], used: dict[str, set[Coord]]) -> list[PodPlacement]:
     """Largest fine shape first; positions in damaged or partly used hosts first (best fit, keeps whole
-    hosts free), then pod order and row-major origin. Exact by the nesting argument."""
+    hosts free), then pod order and row-major origin. Exact by the nesting argument. The positions in
+    whole hosts are generated pod by pod, only as far as needed."""
     out = []
     for f, n in zip(data.fine_shapes, need, strict=True):
         if n == 0:
             continue
-        cands = []
+        part: list[tuple] = []
+        open_pods: list[tuple[str, PodState, set[Coord]]] = []
         for order, (pid, st, _) in enumerate(pods):
-            for p in placements(st, f):
-                if used[pid].isdisjoint(p.chips):
-                    host = st.host_of(p.origin)
-                    hchips = _box(tuple(h * s for h, s in zip(host, st.host_shape, strict=True)), st.host_shape)
-                    whole = st.failed.isdisjoint(hchips) and used[pid].isdisjoint(hchips)
-                    cands.append((whole, order, p.origin, pid, p))
-        cands.sort(key=lambda t: t[:3])
+            if len(used[pid]) + len(st.failed) >= st.n_chips:  # nothing free
+                continue
+            broken = {st.host_of(c) for c in used[pid]} | st.damaged_hosts
+            for p in _host_positions(st, f, broken):
+                if used[pid].isdisjoint(p.chips) and st.failed.isdisjoint(p.chips):
+                    part.append((order, p.origin, pid, p))
+            open_pods.append((pid, st, broken))
+        part.sort(key=lambda t: t[:2])
+        cands = itertools.chain(
+            ((pid, p) for _o, _or, pid, p in part),
+            itertools.chain.from_iterable(_whole_positions(st, f, broken, pid) for pid, st, broken in open_pods),
+        )
         placed = 0
-        for _w, _o, _or, pid, p in cands:
+        for pid, p in cands:
             if placed == n:
                 break
             if used[pid].isdisjoint(p.chips):
@@ -563,6 +570,35 @@ def _realize_fine_2d(data, pods, need: list[int], used: dict[str, set[Coord]]) -
         if placed < n:
             raise NotPlaceable(f"{data.chip}: {n - placed} x {f} do not fit in the free hosts")
     return out
+
+
+def _fine_at(st: PodState, o: Shape, origin: Coord) -> Placement:
+    return Placement(st.chip, o, origin, _box(origin, o), (), _wraps_box(st, o))
+
+
+def _host_positions(st: PodState, f: Shape, hosts) -> list[Placement]:
+    """Aligned positions of the fine shape ``f`` (orientations in order) inside the given hosts."""
+    out = []
+    hs = st.host_shape
+    for o in orientations(st.spec, f):
+        for h in sorted(hosts):
+            lo = [x * e for x, e in zip(h, hs, strict=True)]
+            axes = [
+                range(-(-a // e) * e, min(a + s, d) - e + 1, e) for a, s, e, d in zip(lo, hs, o, st.dims, strict=True)
+            ]
+            out.extend(_fine_at(st, o, origin) for origin in itertools.product(*axes))
+    return out
+
+
+def _whole_positions(st: PodState, f: Shape, broken, pid: str):
+    """(pod, placement) of the fine shape in the pod's whole hosts (healthy, unused when the shape's turn
+    began), row-major by origin, orientations in order at equal origins."""
+    cells = []
+    for oi, o in enumerate(orientations(st.spec, f)):
+        axes = [range(0, d - e + 1, e) for d, e in zip(st.dims, o, strict=True)]
+        cells.extend((origin, oi, o) for origin in itertools.product(*axes) if st.host_of(origin) not in broken)
+    cells.sort(key=lambda t: t[:2])
+    return ((pid, _fine_at(st, o, origin)) for origin, _oi, o in cells)
 
 
 def _assign_damaged(data, cubes: list[tuple[str, int, int]], need: list[int]) -> dict[tuple[str, int], tuple]:
