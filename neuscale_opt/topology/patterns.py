@@ -536,10 +536,16 @@ def _realize_blocks_2d(data, pid: str, st: PodState, take: list[int], used: set[
     return out
 
 
+@cache
+def _all_chips(dims: tuple[int, ...]) -> frozenset[Coord]:
+    return frozenset(itertools.product(*(range(d) for d in dims)))
+
+
 def _realize_fine_2d(data, pods, need: list[int], used: dict[str, set[Coord]]) -> list[PodPlacement]:
     """Largest fine shape first; positions in damaged or partly used hosts first (best fit, keeps whole
-    hosts free), then pod order and row-major origin. Exact by the nesting argument. The positions in
-    whole hosts are generated pod by pod, only as far as needed."""
+    hosts free), then pod order and row-major origin. Exact by the nesting argument. Only hosts with a
+    free healthy chip are looked at, and the positions in whole hosts are generated pod by pod, only as
+    far as needed."""
     out = []
     for f, n in zip(data.fine_shapes, need, strict=True):
         if n == 0:
@@ -547,17 +553,24 @@ def _realize_fine_2d(data, pods, need: list[int], used: dict[str, set[Coord]]) -
         part: list[tuple] = []
         open_pods: list[tuple[str, PodState, set[Coord]]] = []
         for order, (pid, st, _) in enumerate(pods):
-            if len(used[pid]) + len(st.failed) >= st.n_chips:  # nothing free
+            free = _all_chips(st.dims) - used[pid] - st.failed
+            if not free:
                 continue
-            broken = {st.host_of(c) for c in used[pid]} | st.damaged_hosts
-            for p in _host_positions(st, f, broken):
-                if used[pid].isdisjoint(p.chips) and st.failed.isdisjoint(p.chips):
+            hs = st.host_shape
+            per_host: dict[Coord, int] = {}
+            for c in free:
+                h = (c[0] // hs[0], c[1] // hs[1])
+                per_host[h] = per_host.get(h, 0) + 1
+            size = math.prod(hs)
+            whole = {h for h, k in per_host.items() if k == size}
+            for p in _host_positions(st, f, [h for h in per_host if h not in whole]):
+                if free.issuperset(p.chips):
                     part.append((order, p.origin, pid, p))
-            open_pods.append((pid, st, broken))
+            open_pods.append((pid, st, whole))
         part.sort(key=lambda t: t[:2])
         cands = itertools.chain(
             ((pid, p) for _o, _or, pid, p in part),
-            itertools.chain.from_iterable(_whole_positions(st, f, broken, pid) for pid, st, broken in open_pods),
+            itertools.chain.from_iterable(_whole_positions(st, f, whole, pid) for pid, st, whole in open_pods),
         )
         placed = 0
         for pid, p in cands:
@@ -590,13 +603,16 @@ def _host_positions(st: PodState, f: Shape, hosts) -> list[Placement]:
     return out
 
 
-def _whole_positions(st: PodState, f: Shape, broken, pid: str):
+def _whole_positions(st: PodState, f: Shape, whole, pid: str):
     """(pod, placement) of the fine shape in the pod's whole hosts (healthy, unused when the shape's turn
     began), row-major by origin, orientations in order at equal origins."""
+    hs = st.host_shape
     cells = []
     for oi, o in enumerate(orientations(st.spec, f)):
         axes = [range(0, d - e + 1, e) for d, e in zip(st.dims, o, strict=True)]
-        cells.extend((origin, oi, o) for origin in itertools.product(*axes) if st.host_of(origin) not in broken)
+        cells.extend(
+            (origin, oi, o) for origin in itertools.product(*axes) if (origin[0] // hs[0], origin[1] // hs[1]) in whole
+        )
     cells.sort(key=lambda t: t[:2])
     return ((pid, _fine_at(st, o, origin)) for origin, _oi, o in cells)
 

@@ -170,9 +170,8 @@ class Placement:
 
 
 def _box(origin: Coord, shape: Shape) -> tuple[Coord, ...]:
-    return tuple(
-        tuple(o + d for o, d in zip(origin, off, strict=True)) for off in itertools.product(*(range(s) for s in shape))
-    )
+    """The chips of the box, row-major (sorted)."""
+    return tuple(itertools.product(*(range(o, o + s) for o, s in zip(origin, shape, strict=True))))
 
 
 def _wraps_box(state: PodState, shape: Shape) -> bool:
