@@ -665,12 +665,14 @@ def _realize_fine_3d(data, pods, need: list[int], free_cubes, cube_patterns) -> 
     healthy_iter = ((pid, cid) for pid, _, _ in pods for cid in free_cubes.get(pid, []))
     for i in order:
         h = data.fine_hosts[data.fine_shapes[i]]
+        first = 0  # bins before it have fewer than h hosts left (hosts left only shrink): first fit unchanged
         for _ in range(left[i]):
-            for b in bins:
-                if b[3][0] >= h:
-                    b[2][i] += 1
-                    b[3][0] -= h
-                    break
+            while first < len(bins) and bins[first][3][0] < h:
+                first += 1
+            if first < len(bins):
+                b = bins[first]
+                b[2][i] += 1
+                b[3][0] -= h
             else:
                 nxt = next(healthy_iter, None)
                 if nxt is None:
