@@ -21,7 +21,6 @@ Two implementations of the same rules:
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterable, Mapping
 from functools import cache
 

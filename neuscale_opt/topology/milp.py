@@ -262,8 +262,9 @@ def pattern_choice(
     blk: pyo.Block, data: Mapping[str, GenPlacementData]
 ) -> tuple[dict[str, dict[str, tuple[int, ...]]], dict[str, dict[int, list[tuple[tuple[int, ...], int]]]]]:
     """From a solved pattern block: per generation, pod id -> block pattern (the pods of a pattern
-    class, states in order and each state's pods in id order, take the chosen patterns in order) and damaged cube class -> [(pattern, cubes)]; the inputs of
-    :func:`neuscale_opt.topology.patterns.realize_generation`."""
+    class, states in order and each state's pods in id order, take the chosen patterns in order; a
+    knapsack class gives each pod its ``x_cube_pod`` vector) and damaged cube class -> [(pattern,
+    cubes)]; the inputs of :func:`neuscale_opt.topology.patterns.realize_generation`."""
     pods: dict[str, dict[str, tuple[int, ...]]] = {}
     cubes: dict[str, dict[int, list]] = {}
     for c, d in data.items():
@@ -275,7 +276,8 @@ def pattern_choice(
                     free = set(d.free_kinds)
                     for t, pid in enumerate(ids):
                         pods[c][pid] = tuple(
-                            0 if k in free else round(pyo.value(blk.x_cube_pod[c, j, t, k])) for k in range(len(d.kinds))
+                            0 if k in free else round(pyo.value(blk.x_cube_pod[c, j, t, k]))
+                            for k in range(len(d.kinds))
                         )
                     continue
                 for p, pat in enumerate(d.patterns[d.classes[j][0]]):

@@ -23,7 +23,9 @@ PODS = {
 
 
 def box(origin, shape):
-    return [list(o + d for o, d in zip(origin, off)) for off in itertools.product(*(range(s) for s in shape))]
+    return [
+        list(o + d for o, d in zip(origin, off, strict=True)) for off in itertools.product(*(range(s) for s in shape))
+    ]
 
 
 def row(pod, shape, origin, chips=None, cubes=(), epoch=0):
