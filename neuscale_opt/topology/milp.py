@@ -26,6 +26,8 @@ CountMap = Mapping[tuple[str, str], object]  # (chip, canonical shape string) ->
 PATTERN_IDS = (
     "y_pattern",
     "c_pattern_pods",
+    "x_cube_pod",
+    "c_cube_pod",
     "c_pattern_cover",
     "c_fine_capacity",
     "w_cube",
@@ -49,12 +51,29 @@ def _check_counts(counts: CountMap, data: Mapping[str, GenPlacementData]) -> Non
             raise ValueError(f"{chip} shape {s} is not among the shapes of interest")
 
 
+def cube_pods_by_knapsack(d: GenPlacementData, j: int) -> bool:
+    """Whether 3-D pattern class ``j`` gets one knapsack row per pod (``x_cube_pod``, ``c_cube_pod``)
+    rather than pattern columns: when that takes fewer integer variables (pods x kinds of two or more
+    cubes < patterns). Both are exact: any healthy cubes of a pod hold any mix of cube-built slices
+    whose cubes add up to at most its healthy cubes."""
+    if d.topology != "torus3d_cubes" or not d.kinds:
+        return False
+    big = len(d.kinds) - len(d.free_kinds)
+    return d.class_multiplicity(j) * big < len(d.patterns[d.classes[j][0]])
+
+
 def add_pattern_constraints(b: pyo.Block, counts: CountMap, data: Mapping[str, GenPlacementData]) -> None:
     """**Pattern variant.** For every generation c with pod states:
 
-    * ``y_pattern[c, i, p]`` (integer, pods): pods of state i packed with block pattern p;
-    * ``c_pattern_pods[c, i]``: ``sum_p y[c, i, p] <= m_i`` (pods of the state);
-    * ``c_pattern_cover[c, k]``: ``sum_{i, p} a[p, k] y[c, i, p] >= sum_{s in kind k} N[c, s]``;
+    * ``y_pattern[c, j, p]`` (integer, pods): pods of pattern class j (``GenPlacementData.classes``)
+      packed with block pattern p;
+    * ``c_pattern_pods[c, j]``: ``sum_p y[c, j, p] <= m_j`` (pods of the class);
+    * 3-D classes of few pods (:func:`cube_pods_by_knapsack`) instead: ``x_cube_pod[c, j, t, k]``
+      (integer) slices of kind k on pod t of the class, ``c_cube_pod[c, j, t]``:
+      ``sum_k cubes_k x[c, j, t, k] <= H_j`` (its healthy cubes);
+    * ``c_pattern_cover[c, k]``: ``sum_{j, p} a[p, k] y[c, j, p] + sum_{j, t} x[c, j, t, k]
+      >= sum_{s in kind k} N[c, s]``, except the 3-D one-cube kind (``free_kinds``), which
+      ``c_cube_hosts`` alone places;
     * 2-D ``c_fine_capacity[c, f]``: ``sum_{g fine, |g| >= |f|} |g|/|f| N[c, g]
       + (|host|/|f|) sum_k hosts_k N_k <= cap_f``;
     * 3-D ``w_cube[c, j, q]`` (integer, cubes): damaged cubes of class j using sub-cube pattern q,
@@ -62,24 +81,52 @@ def add_pattern_constraints(b: pyo.Block, counts: CountMap, data: Mapping[str, G
       healthy cubes; ``c_cube_cover[c, f]``: ``sum_{j, q} b[q, f] w[c, j, q] + r[c, f] >= N[c, f]``;
       ``c_cube_hosts[c]``: ``sum_f hosts_f r[c, f] + 16 sum_k cubes_k N_k <= 16 H``.
     """
+    pats = {(c, j): d.patterns[cl[0]] for c, d in data.items() for j, cl in enumerate(d.classes)}
+    mult = {(c, j): d.class_multiplicity(j) for c, d in data.items() for j in range(len(d.classes))}
+    by_pod = {(c, j) for c, d in data.items() for j in range(len(d.classes)) if cube_pods_by_knapsack(d, j)}
     y_idx = [
-        (c, i, p) for c, d in data.items() for i, g in enumerate(d.groups) for p in range(len(d.patterns[i])) if d.kinds
+        (c, j, p)
+        for c, d in data.items()
+        if d.kinds
+        for j in range(len(d.classes))
+        if (c, j) not in by_pod
+        for p in range(len(pats[c, j]))
     ]
-    mult = {(c, i): g.multiplicity for c, d in data.items() for i, g in enumerate(d.groups)}
-    b.y_pattern = pyo.Var(y_idx, domain=pyo.NonNegativeIntegers, bounds=lambda _b, c, i, p: (0, mult[c, i]))
-    pods_idx = sorted({(c, i) for c, i, _ in y_idx})
+    b.y_pattern = pyo.Var(y_idx, domain=pyo.NonNegativeIntegers, bounds=lambda _b, c, j, p: (0, mult[c, j]))
+    pods_idx = sorted({(c, j) for c, j, _ in y_idx})
     b.c_pattern_pods = pyo.Constraint(
-        pods_idx,
-        rule=lambda b, c, i: sum(b.y_pattern[c, i, p] for p in range(len(data[c].patterns[i]))) <= mult[c, i],
+        pods_idx, rule=lambda b, c, j: sum(b.y_pattern[c, j, p] for p in range(len(pats[c, j]))) <= mult[c, j]
     )
+    # 3-D classes of few pods: one knapsack row per pod instead of the pattern columns
+    cap = {(c, j): len(data[c].groups[data[c].classes[j][0]].state.healthy_cubes) for c, j in by_pod}
+    big = {c: [k for k in range(len(d.kinds)) if k not in d.free_kinds] for c, d in data.items()}
+    x_idx = [(c, j, t, k) for c, j in sorted(by_pod) for t in range(mult[c, j]) for k in big[c]]
+    b.x_cube_pod = pyo.Var(
+        x_idx,
+        domain=pyo.NonNegativeIntegers,
+        bounds=lambda _b, c, j, t, k: (0, cap[c, j] // data[c].kind_cubes[k]),
+    )
+    b.c_cube_pod = pyo.Constraint(
+        sorted({(c, j, t) for c, j, t, _ in x_idx}),
+        rule=lambda b, c, j, t: sum(data[c].kind_cubes[k] * b.x_cube_pod[c, j, t, k] for k in big[c]) <= cap[c, j],
+    )
+    # the non-zero entries of each (generation, kind), gathered once
+    terms: dict[tuple[str, int], list[tuple[int, object]]] = {}
+    for c, j, p in y_idx:
+        for k, a in enumerate(pats[c, j][p]):
+            if a:
+                terms.setdefault((c, k), []).append((a, b.y_pattern[c, j, p]))
+    for c, j, t, k in x_idx:
+        terms.setdefault((c, k), []).append((1, b.x_cube_pod[c, j, t, k]))
 
     def cover(b, c, k):
         d = data[c]
-        lhs = sum(d.patterns[i][p][k] * b.y_pattern[c, i, p] for (cc, i, p) in y_idx if cc == c and d.patterns[i][p][k])
+        if k in d.free_kinds:  # one-cube slices: c_cube_hosts places them
+            return pyo.Constraint.Skip
         rhs = sum(_n(counts, c, s) for s in d.block_shapes if d.kind_of[s] == k)
         if isinstance(rhs, int) and rhs == 0:
             return pyo.Constraint.Skip
-        return lhs >= rhs
+        return sum(a * v for a, v in terms.get((c, k), ())) >= rhs
 
     b.c_pattern_cover = pyo.Constraint([(c, k) for c, d in data.items() for k in range(len(d.kinds))], rule=cover)
 
@@ -214,22 +261,30 @@ def add_placement_constraints(
 def pattern_choice(
     blk: pyo.Block, data: Mapping[str, GenPlacementData]
 ) -> tuple[dict[str, dict[str, tuple[int, ...]]], dict[str, dict[int, list[tuple[tuple[int, ...], int]]]]]:
-    """From a solved pattern block: per generation, pod id -> block pattern (pods of a state take the
-    chosen patterns in id order) and damaged cube class -> [(pattern, cubes)]; the inputs of
-    :func:`neuscale_opt.topology.patterns.realize_generation`."""
+    """From a solved pattern block: per generation, pod id -> block pattern (the pods of a pattern
+    class, states in order and each state's pods in id order, take the chosen patterns in order; a
+    knapsack class gives each pod its ``x_cube_pod`` vector) and damaged cube class -> [(pattern,
+    cubes)]; the inputs of :func:`neuscale_opt.topology.patterns.realize_generation`."""
     pods: dict[str, dict[str, tuple[int, ...]]] = {}
     cubes: dict[str, dict[int, list]] = {}
     for c, d in data.items():
         pods[c] = {}
-        for i, g in enumerate(d.groups):
-            ids = list(g.pod_ids)
-            if not d.kinds:
-                continue
-            for p, pat in enumerate(d.patterns[i]):
-                n = round(pyo.value(blk.y_pattern[c, i, p]))
-                for _ in range(n):
-                    if ids:
-                        pods[c][ids.pop(0)] = pat
+        if d.kinds:
+            for j in range(len(d.classes)):
+                ids = list(d.class_pods(j))
+                if cube_pods_by_knapsack(d, j):
+                    free = set(d.free_kinds)
+                    for t, pid in enumerate(ids):
+                        pods[c][pid] = tuple(
+                            0 if k in free else round(pyo.value(blk.x_cube_pod[c, j, t, k]))
+                            for k in range(len(d.kinds))
+                        )
+                    continue
+                for p, pat in enumerate(d.patterns[d.classes[j][0]]):
+                    n = round(pyo.value(blk.y_pattern[c, j, p]))
+                    for _ in range(n):
+                        if ids:
+                            pods[c][ids.pop(0)] = pat
         cubes[c] = {}
         if d.topology == "torus3d_cubes" and d.fine_shapes:
             for j in range(len(d.cube_classes)):

@@ -149,6 +149,31 @@ def _cell_bit(grid: tuple[int, ...], cell: Coord) -> int:
     return 1 << idx
 
 
+def _mask(grid: tuple[int, ...], cells: Iterable[Coord]) -> int:
+    return sum(_cell_bit(grid, c) for c in set(cells))
+
+
+def _reflect(grid: tuple[int, ...], flips: tuple[bool, ...], cell: Coord, ext: Shape | None = None) -> Coord:
+    """The lowest cell of the box (``ext`` cells, default one cell) at ``cell`` after reversing the
+    flipped axes of the grid."""
+    ext = ext or (1,) * len(grid)
+    return tuple(g - x - e if f else x for g, f, x, e in zip(grid, flips, cell, ext, strict=True))
+
+
+def canonical_mask(grid: tuple[int, ...], cells: Iterable[Coord]) -> tuple[int, tuple[bool, ...]]:
+    """(smallest bitmask of the unusable cells over the reflections of the grid, the reflection that
+    gives it; ties to the fewest flips in a fixed order). A reflection maps every axis-aligned box of the
+    grid to a box of the same extent, so the packings of the reflected mask are the reflected packings:
+    same count vectors, same patterns."""
+    cells = tuple(cells)
+    best = None
+    for flips in itertools.product((False, True), repeat=len(grid)):
+        m = _mask(grid, (_reflect(grid, flips, c) for c in cells))
+        if best is None or m < best[0]:
+            best = (m, flips)
+    return best
+
+
 # --------------------------------------------------------------------------------------------
 # Per-generation data
 
@@ -160,6 +185,11 @@ class GenPlacementData:
     * ``shapes``: canonical shapes of interest; ``block_shapes`` / ``fine_shapes`` split them;
     * ``kinds``: block kinds (2-D canonical shape, 3-D cube count); ``kind_of[shape]`` its index;
     * ``patterns[i]``: Pareto-maximal block-kind vectors of state ``groups[i]``;
+    * ``classes``: the states of each *pattern class* (indices into ``groups``): states whose pods have
+      the same patterns for a proven reason (2-D: the same damaged hosts up to a reflection of the host
+      grid; 3-D: the same number of healthy cubes), so the model counts their pods with one integer per
+      pattern; ``free_kinds``: 3-D kinds of one cube, which fit any free healthy cube (capacity row only,
+      a zero in every pattern);
     * 2-D: ``fine_cap[f]`` healthy aligned positions of fine shape f over all pods, ``units[f]`` its
       positions per host (``|host| / |f|``), ``kind_hosts[k]`` hosts of block kind k;
     * 3-D: ``healthy_cubes`` over all pods, ``kind_cubes[k]``, ``fine_hosts[f]`` hosts of f,
@@ -184,10 +214,21 @@ class GenPlacementData:
     fine_hosts: Mapping[Shape, int]
     cube_classes: tuple[tuple[frozenset, int], ...]
     cube_patterns: tuple[tuple[tuple[int, ...], ...], ...]
+    classes: tuple[tuple[int, ...], ...] = ()
+    free_kinds: tuple[int, ...] = ()
 
     @property
     def n_patterns(self) -> int:
-        return sum(len(p) for p in self.patterns) + sum(len(p) for p in self.cube_patterns)
+        """Pattern columns of the model: block patterns per pattern class, sub-cube patterns per cube
+        class."""
+        return sum(len(self.patterns[c[0]]) for c in self.classes) + sum(len(p) for p in self.cube_patterns)
+
+    def class_multiplicity(self, j: int) -> int:
+        return sum(self.groups[i].multiplicity for i in self.classes[j])
+
+    def class_pods(self, j: int) -> tuple[str, ...]:
+        """Pod ids of pattern class ``j``: its states in order, each state's pods in id order."""
+        return tuple(pid for i in self.classes[j] for pid in self.groups[i].pod_ids)
 
 
 def _sort_shapes(shapes: Iterable[Shape]) -> tuple[Shape, ...]:
@@ -216,8 +257,7 @@ def block_patterns_2d(state: PodState, kinds: tuple[Shape, ...]) -> tuple[tuple[
     if not kinds:
         return ((),)
     packer = _packer(state.host_grid, _block_boxes(state.chip, kinds), len(kinds))
-    mask = sum(_cell_bit(state.host_grid, h) for h in state.damaged_hosts)
-    return packer.pareto(mask)
+    return packer.pareto(canonical_mask(state.host_grid, state.damaged_hosts)[0])
 
 
 def knapsack_patterns(capacity: int, sizes: tuple[int, ...], limit: int = MAX_PATTERNS) -> tuple[tuple[int, ...], ...]:
@@ -242,6 +282,34 @@ def knapsack_patterns(capacity: int, sizes: tuple[int, ...], limit: int = MAX_PA
     # every vector left with less than the smallest size is maximal: any vector above it needs one
     # more item, which does not fit
     return tuple(sorted(set(out), reverse=True))
+
+
+def cube_block_patterns(healthy: int, kinds: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Block patterns of a 3-D pod with ``healthy`` healthy cubes for cube-count kinds ``kinds``: the
+    knapsack patterns of the kinds of two or more cubes, with a zero for the one-cube kind (it fits any
+    free healthy cube of any pod, so the capacity row ``c_cube_hosts`` alone places it)."""
+    big = tuple(c for c in kinds if c != 1)
+    out = []
+    for v in knapsack_patterns(healthy, big):
+        it = iter(v)
+        out.append(tuple(0 if c == 1 else next(it) for c in kinds))
+    return tuple(out)
+
+
+def healthy_positions(state: PodState, shape: Shape) -> int:
+    """Number of aligned placements of a 2-D sub-host ``shape`` (any allowed orientation) that avoid
+    the failed chips: all aligned origins minus those whose box holds a failed chip (counted, not
+    listed; equals ``len(placements(state, shape))``)."""
+    chip = state.spec
+    total = 0
+    for o in orientations(chip, check_shape(chip, shape)):
+        ranges = [range(0, d - e + 1, e) for d, e in zip(state.dims, o, strict=True)]
+        bad: set[Coord] = set()
+        for c in state.failed:
+            axes = [[x for x in r if x <= ci < x + e] for r, ci, e in zip(ranges, c, o, strict=True)]
+            bad.update(itertools.product(*axes))
+        total += math.prod(len(r) for r in ranges) - len(bad)
+    return total
 
 
 def cube_fine_patterns(
@@ -277,19 +345,21 @@ def placement_data(groups: Sequence[StateGroup], shapes: Iterable[Shape | str]) 
     kind_cubes: tuple[int, ...] = ()
     healthy = 0
     host_chips = math.prod(chip.host_shape)
+    free: tuple[int, ...] = ()
     if chip.topology == "torus2d":
         kinds: tuple = block
         kind_of = {s: i for i, s in enumerate(block)}
         kind_hosts = tuple(math.prod(s) // host_chips for s in block)
-        patterns = tuple(block_patterns_2d(g.state, block) for g in groups)
+        keys = [(g.state.dims, canonical_mask(g.state.host_grid, g.state.damaged_hosts)[0]) for g in groups]
         for f in fine:
-            fine_cap[f] = sum(g.multiplicity * len(placements(g.state, f)) for g in groups)
+            fine_cap[f] = sum(g.multiplicity * healthy_positions(g.state, f) for g in groups)
             units[f] = host_chips // math.prod(f)
     else:
         kinds = tuple(sorted({cubes_of(s) for s in block}))
         kind_of = {s: kinds.index(cubes_of(s)) for s in block}
         kind_cubes = kinds
-        patterns = tuple(knapsack_patterns(len(g.state.healthy_cubes), kinds) for g in groups)
+        free = tuple(k for k, c in enumerate(kinds) if c == 1)
+        keys = [len(g.state.healthy_cubes) for g in groups]
         healthy = sum(g.multiplicity * len(g.state.healthy_cubes) for g in groups)
         fine_hosts = {f: math.prod(f) // host_chips for f in fine}
         classes: dict[frozenset, int] = {}
@@ -298,6 +368,17 @@ def placement_data(groups: Sequence[StateGroup], shapes: Iterable[Shape | str]) 
                 classes[hosts] = classes.get(hosts, 0) + g.multiplicity
         cube_classes = tuple(sorted(classes.items(), key=lambda kv: sorted(kv[0])))
         cube_pats = tuple(cube_fine_patterns(chip_name, c, fine) for c, _ in cube_classes)
+    members: dict = {}
+    for i, k in enumerate(keys):
+        members.setdefault(k, []).append(i)
+    by_key: dict = {}
+    for k, idx in members.items():
+        st = groups[idx[0]].state
+        if chip.topology == "torus2d":
+            by_key[k] = block_patterns_2d(st, block)
+        else:
+            by_key[k] = cube_block_patterns(len(st.healthy_cubes), kinds)
+    patterns = tuple(by_key[k] for k in keys)
     return GenPlacementData(
         chip=chip_name,
         topology=chip.topology,
@@ -316,6 +397,8 @@ def placement_data(groups: Sequence[StateGroup], shapes: Iterable[Shape | str]) 
         fine_hosts=fine_hosts,
         cube_classes=cube_classes,
         cube_patterns=cube_pats,
+        classes=tuple(tuple(v) for v in members.values()),
+        free_kinds=free,
     )
 
 
@@ -414,6 +497,16 @@ def realize_generation(
                     used[pid].update(p.chips)
         if st.topology == "torus2d" and any(take):
             out.extend(_realize_blocks_2d(data, pid, st, take, used[pid]))
+    for k in data.free_kinds:  # one-cube slices: the lowest free healthy cube, pods in id order
+        shapes_k = [s for s in data.block_shapes if data.kind_of[s] == k]
+        for pid, st, _ in pods:
+            while kind_need[k] and free_cubes[pid]:
+                s = next(x for x in shapes_k if block_left[x] > 0)
+                block_left[s] -= 1
+                kind_need[k] -= 1
+                p = cube_placement(st, s, (free_cubes[pid].pop(0),))
+                out.append(PodPlacement(pid, p))
+                used[pid].update(p.chips)
     if any(kind_need):
         raise NotPlaceable(f"{data.chip}: block slices do not fit: {dict(zip(data.kinds, kind_need, strict=True))}")
     # --- fine
@@ -427,10 +520,14 @@ def realize_generation(
 
 
 def _realize_blocks_2d(data, pid: str, st: PodState, take: list[int], used: set[Coord]) -> list[PodPlacement]:
-    packer = _packer(st.host_grid, _block_boxes(st.chip, data.kinds), len(data.kinds))
-    mask = sum(_cell_bit(st.host_grid, h) for h in st.damaged_hosts)
+    """The packing of the pod's canonical (reflected) mask, reflected back: the memo of the pattern
+    class serves every pod of it."""
+    grid = st.host_grid
+    packer = _packer(grid, _block_boxes(st.chip, data.kinds), len(data.kinds))
+    mask, flips = canonical_mask(grid, st.damaged_hosts)
     out = []
-    for cell, ext in packer.realize(mask, take):
+    for cell0, ext in packer.realize(mask, take):
+        cell = _reflect(grid, flips, cell0, ext)
         origin = tuple(c * h for c, h in zip(cell, st.host_shape, strict=True))
         shape = tuple(e * h for e, h in zip(ext, st.host_shape, strict=True))
         chips = _box(origin, shape)
@@ -439,24 +536,44 @@ def _realize_blocks_2d(data, pid: str, st: PodState, take: list[int], used: set[
     return out
 
 
+@cache
+def _all_chips(dims: tuple[int, ...]) -> frozenset[Coord]:
+    return frozenset(itertools.product(*(range(d) for d in dims)))
+
+
 def _realize_fine_2d(data, pods, need: list[int], used: dict[str, set[Coord]]) -> list[PodPlacement]:
     """Largest fine shape first; positions in damaged or partly used hosts first (best fit, keeps whole
-    hosts free), then pod order and row-major origin. Exact by the nesting argument."""
+    hosts free), then pod order and row-major origin. Exact by the nesting argument. Only hosts with a
+    free healthy chip are looked at, and the positions in whole hosts are generated pod by pod, only as
+    far as needed."""
     out = []
     for f, n in zip(data.fine_shapes, need, strict=True):
         if n == 0:
             continue
-        cands = []
+        part: list[tuple] = []
+        open_pods: list[tuple[str, PodState, set[Coord]]] = []
         for order, (pid, st, _) in enumerate(pods):
-            for p in placements(st, f):
-                if used[pid].isdisjoint(p.chips):
-                    host = st.host_of(p.origin)
-                    hchips = _box(tuple(h * s for h, s in zip(host, st.host_shape, strict=True)), st.host_shape)
-                    whole = st.failed.isdisjoint(hchips) and used[pid].isdisjoint(hchips)
-                    cands.append((whole, order, p.origin, pid, p))
-        cands.sort(key=lambda t: t[:3])
+            free = _all_chips(st.dims) - used[pid] - st.failed
+            if not free:
+                continue
+            hs = st.host_shape
+            per_host: dict[Coord, int] = {}
+            for c in free:
+                h = (c[0] // hs[0], c[1] // hs[1])
+                per_host[h] = per_host.get(h, 0) + 1
+            size = math.prod(hs)
+            whole = {h for h, k in per_host.items() if k == size}
+            for p in _host_positions(st, f, [h for h in per_host if h not in whole]):
+                if free.issuperset(p.chips):
+                    part.append((order, p.origin, pid, p))
+            open_pods.append((pid, st, whole))
+        part.sort(key=lambda t: t[:2])
+        cands = itertools.chain(
+            ((pid, p) for _o, _or, pid, p in part),
+            itertools.chain.from_iterable(_whole_positions(st, f, whole, pid) for pid, st, whole in open_pods),
+        )
         placed = 0
-        for _w, _o, _or, pid, p in cands:
+        for pid, p in cands:
             if placed == n:
                 break
             if used[pid].isdisjoint(p.chips):
@@ -466,6 +583,38 @@ def _realize_fine_2d(data, pods, need: list[int], used: dict[str, set[Coord]]) -
         if placed < n:
             raise NotPlaceable(f"{data.chip}: {n - placed} x {f} do not fit in the free hosts")
     return out
+
+
+def _fine_at(st: PodState, o: Shape, origin: Coord) -> Placement:
+    return Placement(st.chip, o, origin, _box(origin, o), (), _wraps_box(st, o))
+
+
+def _host_positions(st: PodState, f: Shape, hosts) -> list[Placement]:
+    """Aligned positions of the fine shape ``f`` (orientations in order) inside the given hosts."""
+    out = []
+    hs = st.host_shape
+    for o in orientations(st.spec, f):
+        for h in sorted(hosts):
+            lo = [x * e for x, e in zip(h, hs, strict=True)]
+            axes = [
+                range(-(-a // e) * e, min(a + s, d) - e + 1, e) for a, s, e, d in zip(lo, hs, o, st.dims, strict=True)
+            ]
+            out.extend(_fine_at(st, o, origin) for origin in itertools.product(*axes))
+    return out
+
+
+def _whole_positions(st: PodState, f: Shape, whole, pid: str):
+    """(pod, placement) of the fine shape in the pod's whole hosts (healthy, unused when the shape's turn
+    began), row-major by origin, orientations in order at equal origins."""
+    hs = st.host_shape
+    cells = []
+    for oi, o in enumerate(orientations(st.spec, f)):
+        axes = [range(0, d - e + 1, e) for d, e in zip(st.dims, o, strict=True)]
+        cells.extend(
+            (origin, oi, o) for origin in itertools.product(*axes) if (origin[0] // hs[0], origin[1] // hs[1]) in whole
+        )
+    cells.sort(key=lambda t: t[:2])
+    return ((pid, _fine_at(st, o, origin)) for origin, _oi, o in cells)
 
 
 def _assign_damaged(data, cubes: list[tuple[str, int, int]], need: list[int]) -> dict[tuple[str, int], tuple]:
@@ -516,12 +665,14 @@ def _realize_fine_3d(data, pods, need: list[int], free_cubes, cube_patterns) -> 
     healthy_iter = ((pid, cid) for pid, _, _ in pods for cid in free_cubes.get(pid, []))
     for i in order:
         h = data.fine_hosts[data.fine_shapes[i]]
+        first = 0  # bins before it have fewer than h hosts left (hosts left only shrink): first fit unchanged
         for _ in range(left[i]):
-            for b in bins:
-                if b[3][0] >= h:
-                    b[2][i] += 1
-                    b[3][0] -= h
-                    break
+            while first < len(bins) and bins[first][3][0] < h:
+                first += 1
+            if first < len(bins):
+                b = bins[first]
+                b[2][i] += 1
+                b[3][0] -= h
             else:
                 nxt = next(healthy_iter, None)
                 if nxt is None:
@@ -579,6 +730,8 @@ def max_count(state: PodState, shape: Shape | str) -> int:
     s = check_shape(chip, shape)
     data = _single(state, [s])
     if not is_fine(chip, s):
+        if data.topology == "torus3d_cubes":  # any healthy cubes of the pod
+            return len(state.healthy_cubes) // cubes_of(s)
         return max(p[0] for p in data.patterns[0])
     if data.topology == "torus2d":
         return data.fine_cap[s]

@@ -121,8 +121,7 @@ class PodState:
 
     def cube_chips(self, cube_id: int) -> list[Coord]:
         base = [x * CUBE for x in self.cube_coord(cube_id)]
-        offsets = itertools.product(range(CUBE), repeat=3)
-        return [tuple(b + o for b, o in zip(base, off, strict=True)) for off in offsets]
+        return list(itertools.product(*(range(b, b + CUBE) for b in base)))
 
     @cached_property
     def cube_failed_hosts(self) -> dict[int, frozenset[Coord]]:

@@ -35,7 +35,7 @@ MAX_CUBE_COMBINATIONS = 50_000  # guard of the exact per-placement enumeration o
 
 
 def shape_str(shape: Shape) -> str:
-    return "x".join(str(s) for s in shape)
+    return "x".join(map(str, shape))
 
 
 def parse_shape(text: str, where: str | None = "shape") -> Shape:
@@ -107,6 +107,11 @@ def allowed_shapes(chip_name: str) -> tuple[Shape, ...]:
 def canonical(chip: ChipSpec, shape: Shape) -> Shape | None:
     """The name the allocation uses for a shape: the catalog orientation (``8x4`` -> ``4x8``,
     ``1x2x2`` -> ``2x2x1``) or, cube-built, A <= B <= C; ``None`` when no orientation is allowed."""
+    return _canonical(chip, tuple(shape))
+
+
+@cache
+def _canonical(chip: ChipSpec, shape: Shape) -> Shape | None:
     key = tuple(sorted(shape))
     for s in _catalog_shapes(chip):
         if tuple(sorted(s)) == key:
@@ -170,9 +175,8 @@ class Placement:
 
 
 def _box(origin: Coord, shape: Shape) -> tuple[Coord, ...]:
-    return tuple(
-        tuple(o + d for o, d in zip(origin, off, strict=True)) for off in itertools.product(*(range(s) for s in shape))
-    )
+    """The chips of the box, row-major (sorted)."""
+    return tuple(itertools.product(*(range(o, o + s) for o, s in zip(origin, shape, strict=True))))
 
 
 def _wraps_box(state: PodState, shape: Shape) -> bool:

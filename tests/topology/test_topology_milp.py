@@ -48,6 +48,7 @@ def _plan_rows(pl) -> pd.DataFrame:
 CASES = [
     (V5E, (16, 16), 3, ["1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"], 6),
     (V4, (4, 4, 8), 2, ["2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8"], 3),
+    (V4, (8, 8, 8), 2, ["2x2x1", "4x4x4", "4x4x8", "4x8x8", "8x8x8"], 4),
 ]
 
 
@@ -85,6 +86,38 @@ def test_pattern_and_exact_reach_the_same_optimum(chip, dims, n_pods, shapes, ma
                     keep.append(pp)
             pl = keep
         assert check_placements(_plan_rows(pl), groups, alloc) == []
+    assert objs["pattern"] == pytest.approx(objs["exact"], rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_3d_knapsack_rows_and_pattern_columns_reach_the_exact_optimum(seed):
+    # the healthy pod (8 cubes, kinds of 2, 4 and 8 cubes: 4 patterns, 3 knapsack integers) gets a
+    # knapsack row, the two pods with 7 healthy cubes (2 patterns) share pattern columns
+    states = [
+        state_of(V4, (8, 8, 8)),
+        state_of(V4, (8, 8, 8), [(0, 0, 0)]),
+        state_of(V4, (8, 8, 8), [(5, 5, 5)]),
+        state_of(V4, (8, 8, 8), [(1, 1, 1), (6, 6, 6)]),
+    ]
+    groups = groups_of(*states)
+    shapes = ["2x2x1", "4x4x4", "4x4x8", "4x8x8", "8x8x8"]
+    data = {V4: placement_data(groups, shapes)}
+    rng = random.Random(seed)
+    value = _values(V4, shapes, seed)
+    upper = {(V4, "2x2x1"): 200, (V4, "4x4x4"): rng.randint(0, 6), (V4, "4x4x8"): rng.randint(1, 8)}
+    upper |= {(V4, "4x8x8"): rng.randint(1, 4), (V4, "8x8x8"): rng.randint(0, 2)}
+    objs = {}
+    for variant in ("pattern", "exact"):
+        m = demo_model(data, value, upper, variant=variant)
+        assert _solve(m) == TerminationCondition.optimal
+        objs[variant] = pyo.value(m.obj)
+        if variant == "pattern":
+            assert len(m.placement.x_cube_pod) == 3 and len(m.placement.c_cube_pod) == 1
+            assert len(m.placement.y_pattern) > 0
+            counts = {s: round(pyo.value(m.N[c, s])) for c, s in value}
+            pods, cubes = pattern_choice(m.placement, data)
+            pl = realize_generation(data[V4], counts, pods[V4], cubes[V4])
+            assert check_placements(_plan_rows(pl), groups, {(0, V4, s): n for s, n in counts.items()}) == []
     assert objs["pattern"] == pytest.approx(objs["exact"], rel=1e-9)
 
 

@@ -9,8 +9,12 @@ from topo_builders import groups_of, random_state
 from neuscale_opt.topology.check import check_placements
 from neuscale_opt.topology.patterns import (
     NotPlaceable,
+    _block_boxes,
+    _packer,
     brute_force_feasible,
+    canonical_mask,
     feasible,
+    healthy_positions,
     knapsack_patterns,
     max_count,
     pareto_max,
@@ -19,7 +23,7 @@ from neuscale_opt.topology.patterns import (
     realize_generation,
 )
 from neuscale_opt.topology.pods import state_of
-from neuscale_opt.topology.slices import allowed_shapes, check_shape, shape_str
+from neuscale_opt.topology.slices import allowed_shapes, check_shape, placements, shape_str
 
 V5E, V4 = "tpu-v5e", "tpu-v4"
 
@@ -126,3 +130,52 @@ def test_realize_generation_over_several_pods_is_valid():
     assert check_placements(df, groups, {(0, V5E, s): n for s, n in counts.items()}) == []
     with pytest.raises(NotPlaceable):
         realize_generation(data, {"8x16": 7})
+
+
+def test_reflected_pods_share_a_pattern_class_with_the_patterns_of_their_own_mask():
+    rng = random.Random(5)
+    kinds = ((16, 16), (8, 16), (8, 8), (4, 8), (4, 4))
+    packer = _packer((8, 4), _block_boxes(V5E, kinds), len(kinds))
+    for _ in range(12):
+        st = random_state(rng, V5E, (16, 16), 3)
+        mirrored = state_of(V5E, (16, 16), [(15 - x, 15 - y) for x, y in st.failed])  # both axes reversed
+        flipped = state_of(V5E, (16, 16), [(15 - x, y) for x, y in st.failed])
+        raw = sum(1 << (h[0] * 4 + h[1]) for h in st.damaged_hosts)
+        data = placement_data(groups_of(st, mirrored, flipped), [shape_str(k) for k in kinds])
+        assert len(data.classes) == 1  # one pattern class for the three pods
+        # the class's patterns are those of the DP on each pod's own, unreflected mask
+        for g in data.groups:
+            own = sum(1 << (h[0] * 4 + h[1]) for h in g.state.damaged_hosts)
+            assert set(data.patterns[0]) == set(packer.pareto(own))
+        assert canonical_mask((8, 4), st.damaged_hosts)[0] <= raw
+        counts = {"8x8": 1, "4x8": 2, "4x4": 5}
+        pl = realize_generation(data, counts)
+        df = pd.DataFrame([{"epoch": 0, "pod": pp.pod, **pp.placement.row()} for pp in pl])
+        assert check_placements(df, data.groups, {(0, V5E, s): n for s, n in counts.items()}) == []
+
+
+def test_different_damage_makes_different_classes():
+    corner = state_of(V5E, (16, 16), [(0, 0)])  # host (0, 0): a corner of the host grid
+    middle = state_of(V5E, (16, 16), [(6, 4)])  # host (3, 1): inside
+    data = placement_data(groups_of(corner, middle, state_of(V5E, (16, 16))), ["4x4", "8x8", "16x16"])
+    assert len(data.classes) == 3
+    assert max(p[1] for p in data.patterns[0]) == 3 and max(p[2] for p in data.patterns[0]) == 15
+
+
+def test_counted_sub_host_positions_equal_the_listed_ones():
+    rng = random.Random(9)
+    for _ in range(10):
+        st = random_state(rng, V5E, (16, 16), 8)
+        for s in ["1x1", "2x2", "2x4"]:
+            assert healthy_positions(st, check_shape(V5E, s)) == len(placements(st, s))
+
+
+def test_3d_patterns_leave_single_cubes_to_the_capacity_row():
+    data = placement_data(groups_of(state_of(V4, (8, 8, 8), [(0, 0, 0)])), ["4x4x4", "4x4x8", "4x8x8"])
+    assert data.kinds == (1, 2, 4) and data.free_kinds == (0,)
+    assert set(data.patterns[0]) == {(0, 3, 0), (0, 1, 1)}  # 7 healthy cubes: 2-cube and 4-cube slices
+    assert max_count(state_of(V4, (8, 8, 8), [(0, 0, 0)]), "4x4x4") == 7
+    pl = realize_generation(data, {"4x4x4": 3, "4x8x8": 1})
+    assert sorted(len(pp.placement.cubes) for pp in pl) == [1, 1, 1, 4]
+    with pytest.raises(NotPlaceable):
+        realize_generation(data, {"4x4x4": 4, "4x8x8": 1})
