@@ -587,7 +587,48 @@ def cut_to_horizon(trace: pd.DataFrame, inst: Instance) -> pd.DataFrame:
     return out
 
 
+#: Classes and demand of the last few traces read (:func:`_trace_buckets_and_demand`), keyed by the
+#: trace file's SHA-256 and every setting they depend on; at most ``_TRACE_CACHE_SIZE`` entries.
+_TRACE_CACHE: dict[tuple, tuple[pd.DataFrame, pd.DataFrame]] = {}
+_TRACE_CACHE_SIZE = 8
+
+
+def _trace_key(inst: Instance) -> tuple:
+    """What the classes and demand of a trace instance are a function of: the trace file's bytes
+    (hashed; read through the one reader, so a changed file is a new key) and the workload and
+    epoch settings."""
+    import hashlib
+
+    from neuscale_opt.readers import read_bytes
+    from neuscale_opt.traces.loaders import resolve_path
+
+    w = inst.workload
+    path = resolve_path(w.trace.path, inst.base_dir)
+    digest = hashlib.sha256(read_bytes(path, str(path))).hexdigest()
+    return (str(path), digest, w.model_dump_json(), inst.epochs.model_dump_json())
+
+
 def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The classes and demand of a trace instance; the trace is read and bucketed once per
+    distinct (file content, settings) and the cached tables handed out as copies."""
+    import copy
+
+    key = _trace_key(inst)
+    hit = _TRACE_CACHE.get(key)
+    if hit is None:
+        hit = _read_trace_buckets_and_demand(inst)
+        if len(_TRACE_CACHE) >= _TRACE_CACHE_SIZE:
+            _TRACE_CACHE.pop(next(iter(_TRACE_CACHE)))
+        _TRACE_CACHE[key] = hit
+    out = []
+    for df in hit:
+        c = df.copy()
+        c.attrs = copy.deepcopy(df.attrs)
+        out.append(c)
+    return out[0], out[1]
+
+
+def _read_trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
     from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_table
     from neuscale_opt.traces.demand import burst_demand, epoch_demand
 
@@ -619,7 +660,7 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
     col = {"peak": "peak_rps", "mean": "mean_rps", "burst": "burst_rps"}[w.provision_for]
     # phi_b = mean arrival rate / provisioned rate over the horizon: the share of a provisioned
     # request that arrives on average (the energy accounting's expected traffic, E7)
-    sums = dem.groupby(dem["bucket"].astype(str))[["mean_rps", col]].sum()
+    sums = dem.groupby(dem["bucket"].astype(str))[list(dict.fromkeys(["mean_rps", col]))].sum()
     phi = (sums["mean_rps"] / sums[col].where(sums[col] > 0)).fillna(1.0).clip(upper=1.0)
     buckets["mean_rate_ratio"] = buckets["bucket"].map(phi).astype(float).fillna(1.0).to_numpy()
     demand = dem[["epoch", "bucket", col]].rename(columns={col: "rate_rps"})
