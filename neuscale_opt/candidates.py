@@ -191,24 +191,23 @@ def _check_chip_numbers(inst: Instance, ctxs: dict[str, ChipContext]) -> None:
 # The grid
 
 
-def _kinds_frame(kinds: list[VpodKind]) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "chip": [k.chip for k in kinds],
-            "shape": [k.shape_str for k in kinds],
-            "chips_per_vpod": np.array([k.chips for k in kinds], dtype=np.int64),
-            "tp": np.array([k.tp for k in kinds], dtype=np.int64),
-            "pp": np.array([k.pp for k in kinds], dtype=np.int64),
-            "ep": np.array([k.ep for k in kinds], dtype=np.int64),
-            "wraparound": np.array([k.wrap for k in kinds], dtype=bool),
-            "coll_bw": np.array([k.coll_bw for k in kinds], dtype=float),
-            "a2a_dist": np.array([k.a2a_dist for k in kinds], dtype=float),
-            "nodes": np.array([k.nodes for k in kinds], dtype=float),
-            "ar_hops": np.array([k.ar_hops for k in kinds], dtype=float),
-            "a2a_hops": np.array([k.a2a_hops for k in kinds], dtype=float),
-            "attn_dp": np.array([k.attn_dp for k in kinds], dtype=bool),
-        }
-    )
+def _kinds_arrays(kinds: list[VpodKind]) -> dict[str, np.ndarray]:
+    """The kinds' fields as columns (numpy arrays, text as objects), one row per kind."""
+    return {
+        "chip": np.array([k.chip for k in kinds], dtype=object),
+        "shape": np.array([k.shape_str for k in kinds], dtype=object),
+        "chips_per_vpod": np.array([k.chips for k in kinds], dtype=np.int64),
+        "tp": np.array([k.tp for k in kinds], dtype=np.int64),
+        "pp": np.array([k.pp for k in kinds], dtype=np.int64),
+        "ep": np.array([k.ep for k in kinds], dtype=np.int64),
+        "wraparound": np.array([k.wrap for k in kinds], dtype=bool),
+        "coll_bw": np.array([k.coll_bw for k in kinds], dtype=float),
+        "a2a_dist": np.array([k.a2a_dist for k in kinds], dtype=float),
+        "nodes": np.array([k.nodes for k in kinds], dtype=float),
+        "ar_hops": np.array([k.ar_hops for k in kinds], dtype=float),
+        "a2a_hops": np.array([k.a2a_hops for k in kinds], dtype=float),
+        "attn_dp": np.array([k.attn_dp for k in kinds], dtype=bool),
+    }
 
 
 def evaluate_grid(
@@ -226,25 +225,25 @@ def evaluate_grid(
     ``tokens_per_s`` (output tokens/s of one vPod at full load), ``latency_s`` (the phase's
     latency: e2e, TTFT or TPOT).
     """
-    kf = _kinds_frame(kinds)
-    nk, nb, nB = len(kf), len(buckets), len(batch_sizes)
+    nk, nb, nB = len(kinds), len(buckets), len(batch_sizes)
     if nk == 0 or nb == 0:
         return pd.DataFrame()
-    # hardware per kind row
-    order = list(dict.fromkeys(kf["chip"]))
-    counts = [int((kf["chip"] == c).sum()) for c in order]
+    # kinds grouped by chip (in order of first appearance), hardware per kind row
+    order = list(dict.fromkeys(k.chip for k in kinds))
     kinds_sorted = [k for c in order for k in kinds if k.chip == c]
-    kf = pd.concat([kf[kf["chip"] == c] for c in order], ignore_index=True)
+    counts = [sum(1 for k in kinds if k.chip == c) for c in order]
+    kf = _kinds_arrays(kinds_sorted)
+    kind_chip = np.repeat(np.arange(len(order)), counts)  # position of each kind's chip in ``order``
     hw_k = stack_hw(
         [
             replace(
                 ctxs[c].hw,
-                coll_bw=kf.loc[kf["chip"] == c, "coll_bw"].to_numpy(),
-                a2a_dist=kf.loc[kf["chip"] == c, "a2a_dist"].to_numpy(),
-                ar_hops=kf.loc[kf["chip"] == c, "ar_hops"].to_numpy(),
-                a2a_hops=kf.loc[kf["chip"] == c, "a2a_hops"].to_numpy(),
+                coll_bw=kf["coll_bw"][kind_chip == i],
+                a2a_dist=kf["a2a_dist"][kind_chip == i],
+                ar_hops=kf["ar_hops"][kind_chip == i],
+                a2a_hops=kf["a2a_hops"][kind_chip == i],
             )
-            for c in order
+            for i, c in enumerate(order)
         ],
         counts,
     )
@@ -258,11 +257,11 @@ def evaluate_grid(
 
     s_in = buckets["input_tokens"].to_numpy(dtype=float)
     s_out = buckets["output_tokens"].to_numpy(dtype=float)
-    tp = kf["tp"].to_numpy(dtype=float)
-    pp = kf["pp"].to_numpy(dtype=float)
-    ep = kf["ep"].to_numpy(dtype=float)
-    nodes = kf["nodes"].to_numpy(dtype=float)
-    dpa = kf["attn_dp"].to_numpy(dtype=bool)
+    tp = kf["tp"].astype(float)
+    pp = kf["pp"].astype(float)
+    ep = kf["ep"].astype(float)
+    nodes = kf["nodes"]
+    dpa = kf["attn_dp"]
     hw_g = take_hw(hw_k, k_idx)
 
     frames = []
@@ -310,13 +309,13 @@ def evaluate_grid(
     chips_g = (tp * pp)[k_idx]
     so, si = s_out[b_idx], s_in[b_idx]
     base = {
-        "chip": kf["chip"].to_numpy()[k_idx],
-        "shape": kf["shape"].to_numpy()[k_idx],
-        "chips_per_vpod": kf["chips_per_vpod"].to_numpy()[k_idx],
-        "tp": kf["tp"].to_numpy()[k_idx],
-        "pp": kf["pp"].to_numpy()[k_idx],
-        "ep": kf["ep"].to_numpy()[k_idx],
-        "wraparound": kf["wraparound"].to_numpy()[k_idx],
+        "chip": kf["chip"][k_idx],
+        "shape": kf["shape"][k_idx],
+        "chips_per_vpod": kf["chips_per_vpod"][k_idx],
+        "tp": kf["tp"][k_idx],
+        "pp": kf["pp"][k_idx],
+        "ep": kf["ep"][k_idx],
+        "wraparound": kf["wraparound"][k_idx],
         "batch": B.astype(np.int64),
         "bucket": buckets["bucket"].to_numpy()[b_idx],
         "kv_bytes_per_req": si * model.kv_bytes_per_token,
@@ -412,7 +411,7 @@ def evaluate_grid(
     chips_all = np.tile(chips_g, nf).astype(float)
     hbm_cap = np.tile(np.broadcast_to(hw_g.hbm_cap, (n,)), nf)
     static_chip = np.tile(np.broadcast_to(hw_g.static_w, (n,)), nf)
-    chip_code = np.tile(pd.Index(order).get_indexer(kf["chip"])[k_idx], nf)
+    chip_code = np.tile(kind_chip[k_idx], nf)
     price = np.array([ctxs[c].price_usd_per_chip_hour for c in order])[chip_code]
     emb = np.array([ctxs[c].embodied_kg_per_chip_hour for c in order])[chip_code]
     busy = cols["busy_s_per_req"]
@@ -448,7 +447,8 @@ def evaluate_grid(
                 else cols[k]
             )
             for k in order
-        }
+        },
+        copy=False,  # the columns are fresh arrays of this call: no consolidating copy
     )
     return df
 
