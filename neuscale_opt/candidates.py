@@ -15,7 +15,7 @@ import pandas as pd
 
 from neuscale_opt.calibrate import chip_calibration
 from neuscale_opt.catalog import ChipSpec, ModelSpec, energy_spec, energy_spec_with, get_chip, get_model
-from neuscale_opt.coefficients import Coefficients, meets_slo
+from neuscale_opt.coefficients import Coefficients, slo_within
 from neuscale_opt.energy import fixed_step_energy_j
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import Instance
@@ -225,15 +225,54 @@ def evaluate_grid(
     ``tokens_per_s`` (output tokens/s of one vPod at full load), ``latency_s`` (the phase's
     latency: e2e, TTFT or TPOT).
     """
+    grid = _grid_columns(model, ctxs, kinds, buckets, batch_sizes, phases)
+    return pd.DataFrame() if grid is None else _frame(grid.columns)
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """The grid's columns (in table order) and each row's integer codes: its class (position in
+    the buckets), its phase (position in ``phases``) and its chip (position in ``chips``)."""
+
+    columns: dict[str, np.ndarray]
+    bucket: np.ndarray
+    phase: np.ndarray
+    phases: tuple[str, ...]
+    chip: np.ndarray
+    chips: tuple[str, ...]
+
+
+def _frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The table of ``columns``. Text columns stay numpy object arrays: converting 10^5 strings to
+    Arrow costs more than the roofline itself, and object columns compare and group the same. The
+    columns are fresh arrays of the call: no consolidating copy."""
+    return pd.DataFrame(
+        {
+            k: (pd.Series(v, dtype=object) if isinstance(v, np.ndarray) and v.dtype.kind == "O" else v)
+            for k, v in columns.items()
+        },
+        copy=False,
+    )
+
+
+def _grid_columns(
+    model: ModelSpec,
+    ctxs: dict[str, ChipContext],
+    kinds: list[VpodKind],
+    buckets: pd.DataFrame,
+    batch_sizes: tuple[int, ...],
+    phases: tuple[str, ...],
+) -> _Grid | None:
+    """The columns of :func:`evaluate_grid` with the rows' codes; ``None`` for an empty grid."""
     nk, nb, nB = len(kinds), len(buckets), len(batch_sizes)
     if nk == 0 or nb == 0:
-        return pd.DataFrame()
+        return None
     # kinds grouped by chip (in order of first appearance), hardware per kind row
-    order = list(dict.fromkeys(k.chip for k in kinds))
-    kinds_sorted = [k for c in order for k in kinds if k.chip == c]
-    counts = [sum(1 for k in kinds if k.chip == c) for c in order]
+    chip_order = list(dict.fromkeys(k.chip for k in kinds))
+    kinds_sorted = [k for c in chip_order for k in kinds if k.chip == c]
+    counts = [sum(1 for k in kinds if k.chip == c) for c in chip_order]
     kf = _kinds_arrays(kinds_sorted)
-    kind_chip = np.repeat(np.arange(len(order)), counts)  # position of each kind's chip in ``order``
+    kind_chip = np.repeat(np.arange(len(chip_order)), counts)  # position of each kind's chip in chip_order
     hw_k = stack_hw(
         [
             replace(
@@ -243,7 +282,7 @@ def evaluate_grid(
                 ar_hops=kf["ar_hops"][kind_chip == i],
                 a2a_hops=kf["a2a_hops"][kind_chip == i],
             )
-            for i, c in enumerate(order)
+            for i, c in enumerate(chip_order)
         ],
         counts,
     )
@@ -412,8 +451,8 @@ def evaluate_grid(
     hbm_cap = np.tile(np.broadcast_to(hw_g.hbm_cap, (n,)), nf)
     static_chip = np.tile(np.broadcast_to(hw_g.static_w, (n,)), nf)
     chip_code = np.tile(kind_chip[k_idx], nf)
-    price = np.array([ctxs[c].price_usd_per_chip_hour for c in order])[chip_code]
-    emb = np.array([ctxs[c].embodied_kg_per_chip_hour for c in order])[chip_code]
+    price = np.array([ctxs[c].price_usd_per_chip_hour for c in chip_order])[chip_code]
+    emb = np.array([ctxs[c].embodied_kg_per_chip_hour for c in chip_order])[chip_code]
     busy = cols["busy_s_per_req"]
     cols["memory_ok"] = cols["mem_bytes_per_chip"] <= hbm_cap
     cols["bound"] = text_column(BOUNDS, cols["bound"])
@@ -435,22 +474,16 @@ def evaluate_grid(
     bucket_names = np.array([f"|{b}" for b in buckets["bucket"]], dtype=object)
     cols["vpod_type"] = vt
     cols["config_id"] = vt + bucket_names[np.tile(b_idx, nf)]
-    # Text columns stay numpy object arrays: converting 10^5 strings to Arrow costs more than the
-    # roofline itself, and object columns compare and group the same.
     order = [*(c for c in frames[0] if c != "phase"), *(c for c in cols if c not in frames[0])]
     order.insert(list(frames[0]).index("phase"), "phase")
-    df = pd.DataFrame(
-        {
-            k: (
-                pd.Series(cols[k], dtype=object)
-                if isinstance(cols[k], np.ndarray) and cols[k].dtype.kind == "O"
-                else cols[k]
-            )
-            for k in order
-        },
-        copy=False,  # the columns are fresh arrays of this call: no consolidating copy
+    return _Grid(
+        {k: cols[k] for k in order},
+        bucket=np.tile(b_idx, nf),
+        phase=np.repeat(np.arange(nf), len(B)),
+        phases=tuple(phase_names),
+        chip=chip_code,
+        chips=tuple(chip_order),
     )
-    return df
 
 
 def text_column(values: np.ndarray, codes: np.ndarray):
@@ -509,18 +542,34 @@ def pareto_mask(df: pd.DataFrame, metric: str, by: tuple[str, ...] = ("bucket", 
     for col in by:
         codes, uniq = pd.factorize(df[col], sort=True)
         g = g * (len(uniq) + 1) + codes
-    _, g = np.unique(g, return_inverse=True)
-    _, m_rank = np.unique(df[metric].to_numpy(dtype=float), return_inverse=True)
-    lat = df["latency_s"].to_numpy(dtype=float)
-    order = np.lexsort((np.arange(n), m_rank, lat, g))
-    key = m_rank[order].astype(np.int64) - g[order].astype(np.int64) * (n + 1)
+    return pareto_front(g, df["latency_s"].to_numpy(dtype=float), df[metric].to_numpy(dtype=float))
+
+
+def pareto_front(group: np.ndarray, latency: np.ndarray, metric: np.ndarray) -> np.ndarray:
+    """The rule of :func:`pareto_mask` on arrays: ``group`` the rows' integer group codes (any
+    numbering: the front of a group does not depend on the others).
+
+    One stable sort of the integer key (group, latency rank, metric rank) orders the rows as the
+    rule does (ties by position); ranks come from ``np.unique``, so equal values tie exactly."""
+    n = len(group)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    _, g = np.unique(group, return_inverse=True)
+    _, lat = np.unique(latency, return_inverse=True)
+    _, m_rank = np.unique(metric, return_inverse=True)
+    g, lat, m_rank = (a.astype(np.int64).reshape(-1) for a in (g, lat, m_rank))
+    n_lat, n_m = int(lat.max()) + 1, int(m_rank.max()) + 1
+    if (int(g.max()) + 1) * n_lat * n_m < 2**62:
+        order = np.argsort((g * n_lat + lat) * n_m + m_rank, kind="stable")
+    else:  # a key that would overflow: the same order by a lexicographic sort
+        order = np.lexsort((np.arange(n), m_rank, lat, g))
+    key = m_rank[order] - g[order] * (n + 1)
     running = np.minimum.accumulate(key)
     prev = np.empty_like(running)
     prev[0] = np.iinfo(np.int64).max
     prev[1:] = running[:-1]
-    on_sorted = key < prev
     mask = np.empty(n, dtype=bool)
-    mask[order] = on_sorted
+    mask[order] = key < prev
     return mask
 
 
@@ -781,22 +830,28 @@ def candidates(inst: Instance) -> CandidateSet:
     buckets, demand = instance_buckets_and_demand(inst)
     buckets, slo_note = apply_slo(inst, model, buckets)
     kinds = [k for c in inst.chip_names for k in vpod_kinds(model, ctxs[c].chip, inst.search.max_chips_per_vpod)]
-    df = evaluate_grid(model, ctxs, kinds, buckets, inst.search.batch_sizes, inst.search.phases)
-    if df.empty:
+    grid = _grid_columns(model, ctxs, kinds, buckets, inst.search.batch_sizes, inst.search.phases)
+    if grid is None:
         raise InputError("no candidate configuration (check fleet, search and workload)", where="search")
-    df["slo_ok"] = meets_slo(df, buckets).to_numpy()
-    df["feasible"] = df["memory_ok"] & df["slo_ok"] & (df["max_rate_rps"] > 0)
-    chip_codes, chip_names = pd.factorize(df["chip"].to_numpy(dtype=object))
-    profiles = np.array([ctxs[c].energy_profile if c in ctxs else None for c in chip_names] + [None], dtype=object)
-    df["energy_profile"] = text_column(profiles, chip_codes)  # codes -1 (no chip) read the last, None
-    rows = np.flatnonzero(df["feasible"].to_numpy(dtype=bool))
-    pareto = {"pareto_energy": np.zeros(len(df), dtype=bool), "pareto_cost": np.zeros(len(df), dtype=bool)}
-    if len(rows):
-        feas = df.iloc[rows][["bucket", "phase", "latency_s", "energy_j_per_req", "cost_usd_per_req"]]
-        pareto["pareto_energy"][rows] = pareto_mask(feas, "energy_j_per_req")
-        pareto["pareto_cost"][rows] = pareto_mask(feas, "cost_usd_per_req")
-    df["pareto_energy"] = pareto["pareto_energy"]
-    df["pareto_cost"] = pareto["pareto_cost"]
+    if buckets["bucket"].duplicated().any():
+        raise ValueError("buckets: a class is listed twice")
+    cols = grid.columns
+    is_phase = {
+        p: grid.phase == (grid.phases.index(p) if p in grid.phases else -1) for p in ("colocated", "prefill", "decode")
+    }
+    slo_ok = slo_within(cols, buckets, grid.bucket, is_phase["decode"], is_phase["prefill"], is_phase["colocated"])
+    cols["slo_ok"] = slo_ok
+    cols["feasible"] = cols["memory_ok"] & slo_ok & (cols["max_rate_rps"] > 0)
+    profiles = np.array([ctxs[c].energy_profile for c in grid.chips], dtype=object)
+    cols["energy_profile"] = text_column(profiles, grid.chip)
+    rows = np.flatnonzero(cols["feasible"])
+    group = grid.phase[rows] * len(buckets) + grid.bucket[rows]  # (class, phase), as pareto_mask groups
+    for flag, metric in (("pareto_energy", "energy_j_per_req"), ("pareto_cost", "cost_usd_per_req")):
+        on = np.zeros(len(slo_ok), dtype=bool)
+        if len(rows):
+            on[rows] = pareto_front(group, cols["latency_s"][rows], cols[metric][rows])
+        cols[flag] = on
+    df = _frame(cols)
     notes = context_notes(model, buckets) + horizon_notes(inst, demand) + sizing_notes(demand)
     return CandidateSet(df, buckets, demand, slo_note, model, notes)
 
