@@ -545,32 +545,38 @@ def pareto_mask(df: pd.DataFrame, metric: str, by: tuple[str, ...] = ("bucket", 
     return pareto_front(g, df["latency_s"].to_numpy(dtype=float), df[metric].to_numpy(dtype=float))
 
 
-def pareto_front(group: np.ndarray, latency: np.ndarray, metric: np.ndarray) -> np.ndarray:
+def pareto_front(group: np.ndarray, latency: np.ndarray, *metrics: np.ndarray) -> np.ndarray:
     """The rule of :func:`pareto_mask` on arrays: ``group`` the rows' integer group codes (any
-    numbering: the front of a group does not depend on the others).
+    numbering: the front of a group does not depend on the others); one mask per metric (a tuple
+    when several are given, sharing the group and latency ranks).
 
     One stable sort of the integer key (group, latency rank, metric rank) orders the rows as the
     rule does (ties by position); ranks come from ``np.unique``, so equal values tie exactly."""
     n = len(group)
     if n == 0:
-        return np.zeros(0, dtype=bool)
-    _, g = np.unique(group, return_inverse=True)
-    _, lat = np.unique(latency, return_inverse=True)
-    _, m_rank = np.unique(metric, return_inverse=True)
-    g, lat, m_rank = (a.astype(np.int64).reshape(-1) for a in (g, lat, m_rank))
-    n_lat, n_m = int(lat.max()) + 1, int(m_rank.max()) + 1
-    if (int(g.max()) + 1) * n_lat * n_m < 2**62:
-        order = np.argsort((g * n_lat + lat) * n_m + m_rank, kind="stable")
-    else:  # a key that would overflow: the same order by a lexicographic sort
-        order = np.lexsort((np.arange(n), m_rank, lat, g))
-    key = m_rank[order] - g[order] * (n + 1)
-    running = np.minimum.accumulate(key)
-    prev = np.empty_like(running)
-    prev[0] = np.iinfo(np.int64).max
-    prev[1:] = running[:-1]
-    mask = np.empty(n, dtype=bool)
-    mask[order] = key < prev
-    return mask
+        empty = np.zeros(0, dtype=bool)
+        return empty if len(metrics) == 1 else tuple(empty for _ in metrics)
+    g = np.unique(group, return_inverse=True)[1].astype(np.int64).reshape(-1)
+    lat = np.unique(latency, return_inverse=True)[1].astype(np.int64).reshape(-1)
+    n_g, n_lat = int(g.max()) + 1, int(lat.max()) + 1
+    gl = g * n_lat + lat
+    masks = []
+    for metric in metrics:
+        m_rank = np.unique(metric, return_inverse=True)[1].astype(np.int64).reshape(-1)
+        n_m = int(m_rank.max()) + 1
+        if n_g * n_lat * n_m < 2**62:
+            order = np.argsort(gl * n_m + m_rank, kind="stable")
+        else:  # a key that would overflow: the same order by a lexicographic sort
+            order = np.lexsort((np.arange(n), m_rank, lat, g))
+        key = m_rank[order] - g[order] * (n + 1)
+        running = np.minimum.accumulate(key)
+        prev = np.empty_like(running)
+        prev[0] = np.iinfo(np.int64).max
+        prev[1:] = running[:-1]
+        mask = np.empty(n, dtype=bool)
+        mask[order] = key < prev
+        masks.append(mask)
+    return masks[0] if len(masks) == 1 else tuple(masks)
 
 
 # --------------------------------------------------------------------------------------------
@@ -846,10 +852,11 @@ def candidates(inst: Instance) -> CandidateSet:
     cols["energy_profile"] = text_column(profiles, grid.chip)
     rows = np.flatnonzero(cols["feasible"])
     group = grid.phase[rows] * len(buckets) + grid.bucket[rows]  # (class, phase), as pareto_mask groups
-    for flag, metric in (("pareto_energy", "energy_j_per_req"), ("pareto_cost", "cost_usd_per_req")):
+    metrics = [cols["energy_j_per_req"][rows], cols["cost_usd_per_req"][rows]]
+    fronts = pareto_front(group, cols["latency_s"][rows], *metrics)
+    for flag, front in zip(("pareto_energy", "pareto_cost"), fronts, strict=True):
         on = np.zeros(len(slo_ok), dtype=bool)
-        if len(rows):
-            on[rows] = pareto_front(group, cols["latency_s"][rows], cols[metric][rows])
+        on[rows] = front
         cols[flag] = on
     df = _frame(cols)
     notes = context_notes(model, buckets) + horizon_notes(inst, demand) + sizing_notes(demand)
