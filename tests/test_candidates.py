@@ -243,3 +243,22 @@ def test_mean_provisioning_sizes_for_the_mean_rate(tmp_path):
     # 3 and 1 requests over 300-s epochs (hand-counted); provisioned rate = arriving rate, ratio 1
     assert _rates(cs)[(0, "s0-512")] == pytest.approx(3 / 300) and _rates(cs)[(1, "s0-512")] == pytest.approx(1 / 300)
     assert cs.buckets["mean_rate_ratio"].tolist() == [1.0, 1.0]
+
+
+def test_pareto_front_of_several_metrics_with_ties_equals_brute_force():
+    # integer-valued points with many exact ties, three groups numbered sparsely
+    from neuscale_opt.candidates import pareto_front
+
+    rng = np.random.default_rng(3)
+    n = 300
+    group = rng.choice([7, 40, 1000], size=n)
+    lat = rng.integers(0, 12, size=n).astype(float)
+    metrics = [rng.integers(0, 9, size=n).astype(float) for _ in range(2)]
+    fronts = pareto_front(group, lat, *metrics)
+    for val, mask in zip(metrics, fronts, strict=True):
+        for i in range(n):
+            same_g = group == group[i]
+            dominated = np.any(same_g & (((lat <= lat[i]) & (val < val[i])) | ((lat < lat[i]) & (val <= val[i]))))
+            twin_before = np.any(same_g[:i] & (lat[:i] == lat[i]) & (val[:i] == val[i]))
+            assert mask[i] == (not dominated and not twin_before)
+    assert pareto_front(group, lat, metrics[0]).tolist() == fronts[0].tolist()
