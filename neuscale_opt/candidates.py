@@ -545,29 +545,47 @@ def pareto_mask(df: pd.DataFrame, metric: str, by: tuple[str, ...] = ("bucket", 
     return pareto_front(g, df["latency_s"].to_numpy(dtype=float), df[metric].to_numpy(dtype=float))
 
 
+def _dense_rank(x: np.ndarray) -> np.ndarray:
+    """0-based dense ranks of ``x`` (equal values, NaNs among them, share a rank; NaN ranks last)."""
+    o = np.argsort(x)
+    xs = x[o]
+    new = xs[1:] != xs[:-1]
+    new &= ~(np.isnan(xs[1:]) & np.isnan(xs[:-1]))
+    r = np.empty(len(x), dtype=np.int64)
+    r[o] = np.concatenate(([0], np.cumsum(new)))
+    return r
+
+
 def pareto_front(group: np.ndarray, latency: np.ndarray, *metrics: np.ndarray) -> np.ndarray:
     """The rule of :func:`pareto_mask` on arrays: ``group`` the rows' integer group codes (any
     numbering: the front of a group does not depend on the others); one mask per metric (a tuple
     when several are given, sharing the group and latency ranks).
 
-    One stable sort of the integer key (group, latency rank, metric rank) orders the rows as the
-    rule does (ties by position); ranks come from ``np.unique``, so equal values tie exactly."""
+    The rows are ordered as the rule orders them - group, latency, metric, position - by one sort
+    of an integer key built from dense ranks (equal values tie exactly), the position its last
+    digit so that the key is unique and any sort gives that order."""
     n = len(group)
     if n == 0:
         empty = np.zeros(0, dtype=bool)
         return empty if len(metrics) == 1 else tuple(empty for _ in metrics)
-    g = np.unique(group, return_inverse=True)[1].astype(np.int64).reshape(-1)
-    lat = np.unique(latency, return_inverse=True)[1].astype(np.int64).reshape(-1)
-    n_g, n_lat = int(g.max()) + 1, int(lat.max()) + 1
+    group = np.asarray(group, dtype=np.int64)
+    g = group - group.min()
+    n_g = int(g.max()) + 1
+    if n_g > n:  # sparse codes: renumber densely
+        g = _dense_rank(group.astype(float))
+        n_g = int(g.max()) + 1
+    lat = _dense_rank(np.asarray(latency, dtype=float))
+    n_lat = int(lat.max()) + 1
     gl = g * n_lat + lat
+    pos = np.arange(n, dtype=np.int64)
     masks = []
     for metric in metrics:
-        m_rank = np.unique(metric, return_inverse=True)[1].astype(np.int64).reshape(-1)
+        m_rank = _dense_rank(np.asarray(metric, dtype=float))
         n_m = int(m_rank.max()) + 1
-        if n_g * n_lat * n_m < 2**62:
-            order = np.argsort(gl * n_m + m_rank, kind="stable")
+        if n_g * n_lat * n_m * n < 2**63:
+            order = np.argsort((gl * n_m + m_rank) * n + pos)
         else:  # a key that would overflow: the same order by a lexicographic sort
-            order = np.lexsort((np.arange(n), m_rank, lat, g))
+            order = np.lexsort((pos, m_rank, lat, g))
         key = m_rank[order] - g[order] * (n + 1)
         running = np.minimum.accumulate(key)
         prev = np.empty_like(running)
