@@ -32,7 +32,10 @@ tpu36-v64     47,247   9.61 / 4.01 s       4.9     cut at 500 / 2,055     19.1 s
 melange-sf8   144      1.91 / 0.95 s       4.6     yes / 370              2.0 s
 ============  =======  ==================  ======  =====================  ==================
 
-The 36-class case is diagnosed in 1.6 s (target 5 s), the same line in every run. The bigger ones
+Again at a load of 2.1 (``--repeat 3``): tpu36-v16 1.21 / 1.17 s, melange-sf8 0.94 / 0.93 s,
+tpu36-v32 5.33 / 5.28 s (wall / CPU), the same lines.
+
+The 36-class case is diagnosed in 1.2-1.6 s (target 5 s), the same line in every run. The bigger ones
 take 4-6 s of CPU (most of it HiGHS's root node, which no node count bounds), more in wall time on
 the loaded machine: over the target there. Their cut searches' partial plans leave 32.9 and 32.91
 req/s unserved against the optimum's 32.9 (searched to the end: 14.4 and 12.9 s), the LP bound
