@@ -15,7 +15,7 @@ import pandas as pd
 
 from neuscale_opt.calibrate import chip_calibration
 from neuscale_opt.catalog import ChipSpec, ModelSpec, energy_spec, energy_spec_with, get_chip, get_model
-from neuscale_opt.coefficients import Coefficients, meets_slo
+from neuscale_opt.coefficients import Coefficients, slo_within
 from neuscale_opt.energy import fixed_step_energy_j
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import Instance
@@ -191,24 +191,23 @@ def _check_chip_numbers(inst: Instance, ctxs: dict[str, ChipContext]) -> None:
 # The grid
 
 
-def _kinds_frame(kinds: list[VpodKind]) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "chip": [k.chip for k in kinds],
-            "shape": [k.shape_str for k in kinds],
-            "chips_per_vpod": np.array([k.chips for k in kinds], dtype=np.int64),
-            "tp": np.array([k.tp for k in kinds], dtype=np.int64),
-            "pp": np.array([k.pp for k in kinds], dtype=np.int64),
-            "ep": np.array([k.ep for k in kinds], dtype=np.int64),
-            "wraparound": np.array([k.wrap for k in kinds], dtype=bool),
-            "coll_bw": np.array([k.coll_bw for k in kinds], dtype=float),
-            "a2a_dist": np.array([k.a2a_dist for k in kinds], dtype=float),
-            "nodes": np.array([k.nodes for k in kinds], dtype=float),
-            "ar_hops": np.array([k.ar_hops for k in kinds], dtype=float),
-            "a2a_hops": np.array([k.a2a_hops for k in kinds], dtype=float),
-            "attn_dp": np.array([k.attn_dp for k in kinds], dtype=bool),
-        }
-    )
+def _kinds_arrays(kinds: list[VpodKind]) -> dict[str, np.ndarray]:
+    """The kinds' fields as columns (numpy arrays, text as objects), one row per kind."""
+    return {
+        "chip": np.array([k.chip for k in kinds], dtype=object),
+        "shape": np.array([k.shape_str for k in kinds], dtype=object),
+        "chips_per_vpod": np.array([k.chips for k in kinds], dtype=np.int64),
+        "tp": np.array([k.tp for k in kinds], dtype=np.int64),
+        "pp": np.array([k.pp for k in kinds], dtype=np.int64),
+        "ep": np.array([k.ep for k in kinds], dtype=np.int64),
+        "wraparound": np.array([k.wrap for k in kinds], dtype=bool),
+        "coll_bw": np.array([k.coll_bw for k in kinds], dtype=float),
+        "a2a_dist": np.array([k.a2a_dist for k in kinds], dtype=float),
+        "nodes": np.array([k.nodes for k in kinds], dtype=float),
+        "ar_hops": np.array([k.ar_hops for k in kinds], dtype=float),
+        "a2a_hops": np.array([k.a2a_hops for k in kinds], dtype=float),
+        "attn_dp": np.array([k.attn_dp for k in kinds], dtype=bool),
+    }
 
 
 def evaluate_grid(
@@ -226,25 +225,64 @@ def evaluate_grid(
     ``tokens_per_s`` (output tokens/s of one vPod at full load), ``latency_s`` (the phase's
     latency: e2e, TTFT or TPOT).
     """
-    kf = _kinds_frame(kinds)
-    nk, nb, nB = len(kf), len(buckets), len(batch_sizes)
+    grid = _grid_columns(model, ctxs, kinds, buckets, batch_sizes, phases)
+    return pd.DataFrame() if grid is None else _frame(grid.columns)
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """The grid's columns (in table order) and each row's integer codes: its class (position in
+    the buckets), its phase (position in ``phases``) and its chip (position in ``chips``)."""
+
+    columns: dict[str, np.ndarray]
+    bucket: np.ndarray
+    phase: np.ndarray
+    phases: tuple[str, ...]
+    chip: np.ndarray
+    chips: tuple[str, ...]
+
+
+def _frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The table of ``columns``. Text columns stay numpy object arrays: converting 10^5 strings to
+    Arrow costs more than the roofline itself, and object columns compare and group the same. The
+    columns are fresh arrays of the call: no consolidating copy."""
+    return pd.DataFrame(
+        {
+            k: (pd.Series(v, dtype=object) if isinstance(v, np.ndarray) and v.dtype.kind == "O" else v)
+            for k, v in columns.items()
+        },
+        copy=False,
+    )
+
+
+def _grid_columns(
+    model: ModelSpec,
+    ctxs: dict[str, ChipContext],
+    kinds: list[VpodKind],
+    buckets: pd.DataFrame,
+    batch_sizes: tuple[int, ...],
+    phases: tuple[str, ...],
+) -> _Grid | None:
+    """The columns of :func:`evaluate_grid` with the rows' codes; ``None`` for an empty grid."""
+    nk, nb, nB = len(kinds), len(buckets), len(batch_sizes)
     if nk == 0 or nb == 0:
-        return pd.DataFrame()
-    # hardware per kind row
-    order = list(dict.fromkeys(kf["chip"]))
-    counts = [int((kf["chip"] == c).sum()) for c in order]
-    kinds_sorted = [k for c in order for k in kinds if k.chip == c]
-    kf = pd.concat([kf[kf["chip"] == c] for c in order], ignore_index=True)
+        return None
+    # kinds grouped by chip (in order of first appearance), hardware per kind row
+    chip_order = list(dict.fromkeys(k.chip for k in kinds))
+    kinds_sorted = [k for c in chip_order for k in kinds if k.chip == c]
+    counts = [sum(1 for k in kinds if k.chip == c) for c in chip_order]
+    kf = _kinds_arrays(kinds_sorted)
+    kind_chip = np.repeat(np.arange(len(chip_order)), counts)  # position of each kind's chip in chip_order
     hw_k = stack_hw(
         [
             replace(
                 ctxs[c].hw,
-                coll_bw=kf.loc[kf["chip"] == c, "coll_bw"].to_numpy(),
-                a2a_dist=kf.loc[kf["chip"] == c, "a2a_dist"].to_numpy(),
-                ar_hops=kf.loc[kf["chip"] == c, "ar_hops"].to_numpy(),
-                a2a_hops=kf.loc[kf["chip"] == c, "a2a_hops"].to_numpy(),
+                coll_bw=kf["coll_bw"][kind_chip == i],
+                a2a_dist=kf["a2a_dist"][kind_chip == i],
+                ar_hops=kf["ar_hops"][kind_chip == i],
+                a2a_hops=kf["a2a_hops"][kind_chip == i],
             )
-            for c in order
+            for i, c in enumerate(chip_order)
         ],
         counts,
     )
@@ -258,11 +296,11 @@ def evaluate_grid(
 
     s_in = buckets["input_tokens"].to_numpy(dtype=float)
     s_out = buckets["output_tokens"].to_numpy(dtype=float)
-    tp = kf["tp"].to_numpy(dtype=float)
-    pp = kf["pp"].to_numpy(dtype=float)
-    ep = kf["ep"].to_numpy(dtype=float)
-    nodes = kf["nodes"].to_numpy(dtype=float)
-    dpa = kf["attn_dp"].to_numpy(dtype=bool)
+    tp = kf["tp"].astype(float)
+    pp = kf["pp"].astype(float)
+    ep = kf["ep"].astype(float)
+    nodes = kf["nodes"]
+    dpa = kf["attn_dp"]
     hw_g = take_hw(hw_k, k_idx)
 
     frames = []
@@ -310,13 +348,13 @@ def evaluate_grid(
     chips_g = (tp * pp)[k_idx]
     so, si = s_out[b_idx], s_in[b_idx]
     base = {
-        "chip": kf["chip"].to_numpy()[k_idx],
-        "shape": kf["shape"].to_numpy()[k_idx],
-        "chips_per_vpod": kf["chips_per_vpod"].to_numpy()[k_idx],
-        "tp": kf["tp"].to_numpy()[k_idx],
-        "pp": kf["pp"].to_numpy()[k_idx],
-        "ep": kf["ep"].to_numpy()[k_idx],
-        "wraparound": kf["wraparound"].to_numpy()[k_idx],
+        "chip": kf["chip"][k_idx],
+        "shape": kf["shape"][k_idx],
+        "chips_per_vpod": kf["chips_per_vpod"][k_idx],
+        "tp": kf["tp"][k_idx],
+        "pp": kf["pp"][k_idx],
+        "ep": kf["ep"][k_idx],
+        "wraparound": kf["wraparound"][k_idx],
         "batch": B.astype(np.int64),
         "bucket": buckets["bucket"].to_numpy()[b_idx],
         "kv_bytes_per_req": si * model.kv_bytes_per_token,
@@ -412,9 +450,9 @@ def evaluate_grid(
     chips_all = np.tile(chips_g, nf).astype(float)
     hbm_cap = np.tile(np.broadcast_to(hw_g.hbm_cap, (n,)), nf)
     static_chip = np.tile(np.broadcast_to(hw_g.static_w, (n,)), nf)
-    chip_code = np.tile(pd.Index(order).get_indexer(kf["chip"])[k_idx], nf)
-    price = np.array([ctxs[c].price_usd_per_chip_hour for c in order])[chip_code]
-    emb = np.array([ctxs[c].embodied_kg_per_chip_hour for c in order])[chip_code]
+    chip_code = np.tile(kind_chip[k_idx], nf)
+    price = np.array([ctxs[c].price_usd_per_chip_hour for c in chip_order])[chip_code]
+    emb = np.array([ctxs[c].embodied_kg_per_chip_hour for c in chip_order])[chip_code]
     busy = cols["busy_s_per_req"]
     cols["memory_ok"] = cols["mem_bytes_per_chip"] <= hbm_cap
     cols["bound"] = text_column(BOUNDS, cols["bound"])
@@ -436,21 +474,16 @@ def evaluate_grid(
     bucket_names = np.array([f"|{b}" for b in buckets["bucket"]], dtype=object)
     cols["vpod_type"] = vt
     cols["config_id"] = vt + bucket_names[np.tile(b_idx, nf)]
-    # Text columns stay numpy object arrays: converting 10^5 strings to Arrow costs more than the
-    # roofline itself, and object columns compare and group the same.
     order = [*(c for c in frames[0] if c != "phase"), *(c for c in cols if c not in frames[0])]
     order.insert(list(frames[0]).index("phase"), "phase")
-    df = pd.DataFrame(
-        {
-            k: (
-                pd.Series(cols[k], dtype=object)
-                if isinstance(cols[k], np.ndarray) and cols[k].dtype.kind == "O"
-                else cols[k]
-            )
-            for k in order
-        }
+    return _Grid(
+        {k: cols[k] for k in order},
+        bucket=np.tile(b_idx, nf),
+        phase=np.repeat(np.arange(nf), len(B)),
+        phases=tuple(phase_names),
+        chip=chip_code,
+        chips=tuple(chip_order),
     )
-    return df
 
 
 def text_column(values: np.ndarray, codes: np.ndarray):
@@ -509,19 +542,59 @@ def pareto_mask(df: pd.DataFrame, metric: str, by: tuple[str, ...] = ("bucket", 
     for col in by:
         codes, uniq = pd.factorize(df[col], sort=True)
         g = g * (len(uniq) + 1) + codes
-    _, g = np.unique(g, return_inverse=True)
-    _, m_rank = np.unique(df[metric].to_numpy(dtype=float), return_inverse=True)
-    lat = df["latency_s"].to_numpy(dtype=float)
-    order = np.lexsort((np.arange(n), m_rank, lat, g))
-    key = m_rank[order].astype(np.int64) - g[order].astype(np.int64) * (n + 1)
-    running = np.minimum.accumulate(key)
-    prev = np.empty_like(running)
-    prev[0] = np.iinfo(np.int64).max
-    prev[1:] = running[:-1]
-    on_sorted = key < prev
-    mask = np.empty(n, dtype=bool)
-    mask[order] = on_sorted
-    return mask
+    return pareto_front(g, df["latency_s"].to_numpy(dtype=float), df[metric].to_numpy(dtype=float))
+
+
+def _dense_rank(x: np.ndarray) -> np.ndarray:
+    """0-based dense ranks of ``x`` (equal values, NaNs among them, share a rank; NaN ranks last)."""
+    o = np.argsort(x)
+    xs = x[o]
+    new = xs[1:] != xs[:-1]
+    new &= ~(np.isnan(xs[1:]) & np.isnan(xs[:-1]))
+    r = np.empty(len(x), dtype=np.int64)
+    r[o] = np.concatenate(([0], np.cumsum(new)))
+    return r
+
+
+def pareto_front(group: np.ndarray, latency: np.ndarray, *metrics: np.ndarray) -> np.ndarray:
+    """The rule of :func:`pareto_mask` on arrays: ``group`` the rows' integer group codes (any
+    numbering: the front of a group does not depend on the others); one mask per metric (a tuple
+    when several are given, sharing the group and latency ranks).
+
+    The rows are ordered as the rule orders them - group, latency, metric, position - by one sort
+    of an integer key built from dense ranks (equal values tie exactly), the position its last
+    digit so that the key is unique and any sort gives that order."""
+    n = len(group)
+    if n == 0:
+        empty = np.zeros(0, dtype=bool)
+        return empty if len(metrics) == 1 else tuple(empty for _ in metrics)
+    group = np.asarray(group, dtype=np.int64)
+    g = group - group.min()
+    n_g = int(g.max()) + 1
+    if n_g > n:  # sparse codes: renumber densely
+        g = _dense_rank(group.astype(float))
+        n_g = int(g.max()) + 1
+    lat = _dense_rank(np.asarray(latency, dtype=float))
+    n_lat = int(lat.max()) + 1
+    gl = g * n_lat + lat
+    pos = np.arange(n, dtype=np.int64)
+    masks = []
+    for metric in metrics:
+        m_rank = _dense_rank(np.asarray(metric, dtype=float))
+        n_m = int(m_rank.max()) + 1
+        if n_g * n_lat * n_m * n < 2**63:
+            order = np.argsort((gl * n_m + m_rank) * n + pos)
+        else:  # a key that would overflow: the same order by a lexicographic sort
+            order = np.lexsort((pos, m_rank, lat, g))
+        key = m_rank[order] - g[order] * (n + 1)
+        running = np.minimum.accumulate(key)
+        prev = np.empty_like(running)
+        prev[0] = np.iinfo(np.int64).max
+        prev[1:] = running[:-1]
+        mask = np.empty(n, dtype=bool)
+        mask[order] = key < prev
+        masks.append(mask)
+    return masks[0] if len(masks) == 1 else tuple(masks)
 
 
 # --------------------------------------------------------------------------------------------
@@ -587,7 +660,48 @@ def cut_to_horizon(trace: pd.DataFrame, inst: Instance) -> pd.DataFrame:
     return out
 
 
+#: Classes and demand of the last few traces read (:func:`_trace_buckets_and_demand`), keyed by the
+#: trace file's SHA-256 and every setting they depend on; at most ``_TRACE_CACHE_SIZE`` entries.
+_TRACE_CACHE: dict[tuple, tuple[pd.DataFrame, pd.DataFrame]] = {}
+_TRACE_CACHE_SIZE = 8
+
+
+def _trace_key(inst: Instance) -> tuple:
+    """What the classes and demand of a trace instance are a function of: the trace file's bytes
+    (hashed; read through the one reader, so a changed file is a new key) and the workload and
+    epoch settings."""
+    import hashlib
+
+    from neuscale_opt.readers import read_bytes
+    from neuscale_opt.traces.loaders import resolve_path
+
+    w = inst.workload
+    path = resolve_path(w.trace.path, inst.base_dir)
+    digest = hashlib.sha256(read_bytes(path, str(path))).hexdigest()
+    return (str(path), digest, w.model_dump_json(), inst.epochs.model_dump_json())
+
+
 def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The classes and demand of a trace instance; the trace is read and bucketed once per
+    distinct (file content, settings) and the cached tables handed out as copies."""
+    import copy
+
+    key = _trace_key(inst)
+    hit = _TRACE_CACHE.get(key)
+    if hit is None:
+        hit = _read_trace_buckets_and_demand(inst)
+        if len(_TRACE_CACHE) >= _TRACE_CACHE_SIZE:
+            _TRACE_CACHE.pop(next(iter(_TRACE_CACHE)))
+        _TRACE_CACHE[key] = hit
+    out = []
+    for df in hit:
+        c = df.copy()
+        c.attrs = copy.deepcopy(df.attrs)
+        out.append(c)
+    return out[0], out[1]
+
+
+def _read_trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
     from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_table
     from neuscale_opt.traces.demand import burst_demand, epoch_demand
 
@@ -619,7 +733,7 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
     col = {"peak": "peak_rps", "mean": "mean_rps", "burst": "burst_rps"}[w.provision_for]
     # phi_b = mean arrival rate / provisioned rate over the horizon: the share of a provisioned
     # request that arrives on average (the energy accounting's expected traffic, E7)
-    sums = dem.groupby(dem["bucket"].astype(str))[["mean_rps", col]].sum()
+    sums = dem.groupby(dem["bucket"].astype(str))[list(dict.fromkeys(["mean_rps", col]))].sum()
     phi = (sums["mean_rps"] / sums[col].where(sums[col] > 0)).fillna(1.0).clip(upper=1.0)
     buckets["mean_rate_ratio"] = buckets["bucket"].map(phi).astype(float).fillna(1.0).to_numpy()
     demand = dem[["epoch", "bucket", col]].rename(columns={col: "rate_rps"})
@@ -740,22 +854,29 @@ def candidates(inst: Instance) -> CandidateSet:
     buckets, demand = instance_buckets_and_demand(inst)
     buckets, slo_note = apply_slo(inst, model, buckets)
     kinds = [k for c in inst.chip_names for k in vpod_kinds(model, ctxs[c].chip, inst.search.max_chips_per_vpod)]
-    df = evaluate_grid(model, ctxs, kinds, buckets, inst.search.batch_sizes, inst.search.phases)
-    if df.empty:
+    grid = _grid_columns(model, ctxs, kinds, buckets, inst.search.batch_sizes, inst.search.phases)
+    if grid is None:
         raise InputError("no candidate configuration (check fleet, search and workload)", where="search")
-    df["slo_ok"] = meets_slo(df, buckets).to_numpy()
-    df["feasible"] = df["memory_ok"] & df["slo_ok"] & (df["max_rate_rps"] > 0)
-    chip_codes, chip_names = pd.factorize(df["chip"].to_numpy(dtype=object))
-    profiles = np.array([ctxs[c].energy_profile if c in ctxs else None for c in chip_names] + [None], dtype=object)
-    df["energy_profile"] = text_column(profiles, chip_codes)  # codes -1 (no chip) read the last, None
-    rows = np.flatnonzero(df["feasible"].to_numpy(dtype=bool))
-    pareto = {"pareto_energy": np.zeros(len(df), dtype=bool), "pareto_cost": np.zeros(len(df), dtype=bool)}
-    if len(rows):
-        feas = df.iloc[rows][["bucket", "phase", "latency_s", "energy_j_per_req", "cost_usd_per_req"]]
-        pareto["pareto_energy"][rows] = pareto_mask(feas, "energy_j_per_req")
-        pareto["pareto_cost"][rows] = pareto_mask(feas, "cost_usd_per_req")
-    df["pareto_energy"] = pareto["pareto_energy"]
-    df["pareto_cost"] = pareto["pareto_cost"]
+    if buckets["bucket"].duplicated().any():
+        raise ValueError("buckets: a class is listed twice")
+    cols = grid.columns
+    is_phase = {
+        p: grid.phase == (grid.phases.index(p) if p in grid.phases else -1) for p in ("colocated", "prefill", "decode")
+    }
+    slo_ok = slo_within(cols, buckets, grid.bucket, is_phase["decode"], is_phase["prefill"], is_phase["colocated"])
+    cols["slo_ok"] = slo_ok
+    cols["feasible"] = cols["memory_ok"] & slo_ok & (cols["max_rate_rps"] > 0)
+    profiles = np.array([ctxs[c].energy_profile for c in grid.chips], dtype=object)
+    cols["energy_profile"] = text_column(profiles, grid.chip)
+    rows = np.flatnonzero(cols["feasible"])
+    group = grid.phase[rows] * len(buckets) + grid.bucket[rows]  # (class, phase), as pareto_mask groups
+    metrics = [cols["energy_j_per_req"][rows], cols["cost_usd_per_req"][rows]]
+    fronts = pareto_front(group, cols["latency_s"][rows], *metrics)
+    for flag, front in zip(("pareto_energy", "pareto_cost"), fronts, strict=True):
+        on = np.zeros(len(slo_ok), dtype=bool)
+        on[rows] = front
+        cols[flag] = on
+    df = _frame(cols)
     notes = context_notes(model, buckets) + horizon_notes(inst, demand) + sizing_notes(demand)
     return CandidateSet(df, buckets, demand, slo_note, model, notes)
 

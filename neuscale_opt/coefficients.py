@@ -191,21 +191,36 @@ def meets_slo(configs: pd.DataFrame, buckets: pd.DataFrame, rtol: float = 1e-9) 
     missing = len(names)  # a class without a row in ``buckets`` reads the NaN row: no target
     codes, classes = pd.factorize(configs["bucket"].to_numpy(dtype=object))
     pos = np.array([where.get(b, missing) for b in classes] + [missing], dtype=np.int64)[codes]
-    cols = [np.append(buckets[c].to_numpy(dtype=float), np.nan) for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s")]
-    t = np.column_stack([c[pos] for c in cols]) if len(configs) else np.empty((0, 3))
     phase = configs["phase"].to_numpy()
+    res = slo_within(configs, buckets, pos, phase == "decode", phase == "prefill", phase == "colocated", rtol)
+    return pd.Series(res, index=configs.index, name="slo_ok")
+
+
+def slo_within(
+    configs: pd.DataFrame | dict[str, np.ndarray],
+    buckets: pd.DataFrame,
+    pos: np.ndarray,
+    decode: np.ndarray,
+    prefill: np.ndarray,
+    colocated: np.ndarray,
+    rtol: float = 1e-9,
+) -> np.ndarray:
+    """The rule of :func:`meets_slo` on arrays (``configs`` a table or a dict of its columns):
+    ``pos`` is each row's class as a row of ``buckets``
+    (``len(buckets)``: no target), ``decode`` / ``prefill`` / ``colocated`` mark the rows of each
+    phase."""
+    cols = [np.append(buckets[c].to_numpy(dtype=float), np.nan) for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s")]
 
     def ok(col: str, target: np.ndarray, applies: np.ndarray) -> np.ndarray:
-        v = configs[col].to_numpy(dtype=float)
+        v = np.asarray(configs[col], dtype=float)
         with np.errstate(invalid="ignore"):
             return np.isnan(target) | ~applies | (v <= target * (1 + rtol))
 
-    res = (
-        ok("ttft_s", t[:, 0], phase != "decode")
-        & ok("tpot_s", t[:, 1], phase != "prefill")
-        & ok("e2e_s", t[:, 2], phase == "colocated")
+    return (
+        ok("ttft_s", cols[0][pos], ~decode)
+        & ok("tpot_s", cols[1][pos], ~prefill)
+        & ok("e2e_s", cols[2][pos], colocated)
     )
-    return pd.Series(res, index=configs.index, name="slo_ok")
 
 
 def _missing(df: pd.DataFrame, cols: tuple[str, ...]) -> list[str]:

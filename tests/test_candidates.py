@@ -177,3 +177,88 @@ def test_meets_slo_by_phase_and_missing_class():
     # row 0: TPOT 0.2 > 0.1; row 1: prefill held to TTFT only (2 > 1); row 2: decode to TPOT only;
     # row 3: class b has a TPOT target only (0.1 meets it); row 4: class zz has no targets at all
     assert meets_slo(configs, buckets).tolist() == [False, False, True, True, True]
+
+
+def _trace_instance(trace: Path, provision_for: str = "peak"):
+    return parse_instance(
+        {
+            "name": "t",
+            "model": {"name": "Llama-3-8B"},
+            "fleet": [{"chip": "tpu-v5e", "chips": 16}],
+            "workload": {
+                "trace": {"path": str(trace), "format": "azure"},
+                "buckets": {"kind": "total", "edges": [512]},
+                "provision_for": provision_for,
+                "subwindow_s": 10.0,
+            },
+            "epochs": {"length_s": 300.0, "horizon": 2},
+            "search": {"max_chips_per_vpod": 4},
+        }
+    )
+
+
+def _write_azure(path: Path, rows: list[tuple[float, int, int]]) -> None:
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    lines += [f"2023-11-16 18:{int(t // 60):02d}:{t % 60:09.6f},{i},{o}" for t, i, o in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _rates(cs) -> dict[tuple[int, str], float]:
+    d = cs.demand
+    return {(int(e), str(b)): float(r) for e, b, r in zip(d["epoch"], d["bucket"], d["rate_rps"], strict=True)}
+
+
+def test_trace_demand_follows_the_file_and_is_handed_out_as_copies(tmp_path):
+    # the classes and demand of a trace are read once per file content: a rewritten file is read
+    # again, and what one caller changes in its tables never reaches the next caller
+    trace = tmp_path / "t.csv"
+    _write_azure(trace, [(0.0, 100, 20), (1.0, 100, 20), (2.0, 100, 20), (400.0, 100, 20)])
+    inst = _trace_instance(trace)
+    first = candidates(inst)
+    # peak 10-s window per epoch: 3 requests in [0, 10) of epoch 0, 1 in epoch 1 (hand-counted)
+    assert _rates(first) == pytest.approx(
+        {(0, "s0-512"): 0.3, (0, "s512-inf"): 0.0, (1, "s0-512"): 0.1, (1, "s512-inf"): 0.0}
+    )
+    first.demand.loc[:, "rate_rps"] = -1.0
+    first.buckets.loc[:, "input_tokens"] = 0
+    first.demand.attrs["rows_beyond_horizon"] = 99
+    again = candidates(inst)
+    assert _rates(again) == _rates(candidates(_trace_instance(trace)))
+    assert _rates(again)[(0, "s0-512")] == pytest.approx(0.3)
+    assert again.buckets["input_tokens"].tolist()[0] == 100 and again.demand.attrs["rows_beyond_horizon"] == 0
+    pd.testing.assert_frame_equal(again.table, candidates(_trace_instance(trace)).table)
+    _write_azure(trace, [(0.0, 700, 50), (5.0, 700, 50)])  # same path, other requests
+    changed = candidates(inst)
+    assert _rates(changed) == pytest.approx(
+        {(0, "s0-512"): 0.0, (0, "s512-inf"): 0.2, (1, "s0-512"): 0.0, (1, "s512-inf"): 0.0}
+    )
+    # the now empty class s0-512: its midpoint 256 split in the trace's 700:50 ratio, 256 x 700/750 = 238.9
+    assert changed.buckets["input_tokens"].tolist() == [239, 700]
+
+
+def test_mean_provisioning_sizes_for_the_mean_rate(tmp_path):
+    trace = tmp_path / "t.csv"
+    _write_azure(trace, [(0.0, 100, 20), (1.0, 100, 20), (2.0, 100, 20), (400.0, 100, 20)])
+    cs = candidates(_trace_instance(trace, provision_for="mean"))
+    # 3 and 1 requests over 300-s epochs (hand-counted); provisioned rate = arriving rate, ratio 1
+    assert _rates(cs)[(0, "s0-512")] == pytest.approx(3 / 300) and _rates(cs)[(1, "s0-512")] == pytest.approx(1 / 300)
+    assert cs.buckets["mean_rate_ratio"].tolist() == [1.0, 1.0]
+
+
+def test_pareto_front_of_several_metrics_with_ties_equals_brute_force():
+    # integer-valued points with many exact ties, three groups numbered sparsely
+    from neuscale_opt.candidates import pareto_front
+
+    rng = np.random.default_rng(3)
+    n = 300
+    group = rng.choice([7, 40, 1000], size=n)
+    lat = rng.integers(0, 12, size=n).astype(float)
+    metrics = [rng.integers(0, 9, size=n).astype(float) for _ in range(2)]
+    fronts = pareto_front(group, lat, *metrics)
+    for val, mask in zip(metrics, fronts, strict=True):
+        for i in range(n):
+            same_g = group == group[i]
+            dominated = np.any(same_g & (((lat <= lat[i]) & (val < val[i])) | ((lat < lat[i]) & (val <= val[i]))))
+            twin_before = np.any(same_g[:i] & (lat[:i] == lat[i]) & (val[:i] == val[i]))
+            assert mask[i] == (not dominated and not twin_before)
+    assert pareto_front(group, lat, metrics[0]).tolist() == fronts[0].tolist()

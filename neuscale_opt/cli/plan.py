@@ -21,7 +21,6 @@ work limit or the time limit without any plan.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING
 
@@ -288,6 +287,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json != "-":
         replayed = None
         if report is not None and "replays.json" in report.files:
+            import json  # not at the top: building the parser (--help) does not need it
+
             replayed = json.loads(report.files["replays.json"]).get(sol.method)
         sys.stdout.write(
             summary(sol, coeffs, inst, verbose=getattr(args, "verbose", False), quiet=args.quiet, replayed=replayed)

@@ -161,17 +161,14 @@ def bucket_table(trace: pd.DataFrame, spec: BucketSpec) -> pd.DataFrame:
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_in = np.bincount(codes, weights=inp, minlength=k) / count
         mean_out = np.bincount(codes, weights=out, minlength=k) / count
-    frame = pd.DataFrame({"code": codes, "input": inp, "output": out, "total": inp + out})
-    g = frame.groupby("code", sort=True)
     stats = pd.DataFrame(index=pd.RangeIndex(k))
+    sorted_in, sorted_out = _sorted_by_bucket(codes, inp), _sorted_by_bucket(codes, out)
     for q_name, q in _QUANTILE.items():
-        qs = g[["input", "output"]].quantile(q)
-        stats[f"{q_name}_input"] = qs["input"].reindex(stats.index)
-        stats[f"{q_name}_output"] = qs["output"].reindex(stats.index)
-    mx = g[["input", "output"]].max()
-    stats["max_input"] = mx["input"].reindex(stats.index)
-    stats["max_output"] = mx["output"].reindex(stats.index)
-    stats["max_total"] = g["total"].max().reindex(stats.index)
+        stats[f"{q_name}_input"] = _bucket_quantile(sorted_in, count, q)
+        stats[f"{q_name}_output"] = _bucket_quantile(sorted_out, count, q)
+    stats["max_input"] = _bucket_quantile(sorted_in, count, 1.0)
+    stats["max_output"] = _bucket_quantile(sorted_out, count, 1.0)
+    stats["max_total"] = _bucket_quantile(_sorted_by_bucket(codes, inp + out), count, 1.0)
 
     b = _bounds(spec)
     n = int(count.sum())
@@ -188,6 +185,34 @@ def bucket_table(trace: pd.DataFrame, spec: BucketSpec) -> pd.DataFrame:
     table["representative"] = spec.representative
     table.attrs["unit"] = {"count": "requests", "input_tokens": "tokens", "output_tokens": "tokens"}
     return table
+
+
+def _sorted_by_bucket(codes: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` ordered by bucket code, ascending within each bucket. Token counts (whole numbers
+    below 2^40) in one sort of the integer key ``code x 2^40 + value``; other values sorted by
+    value, then stably by code."""
+    shift = 2**40
+    if len(values) and np.all((values >= 0) & (values < shift) & (values == np.floor(values))):
+        key = np.sort(codes.astype(np.int64) * shift + values.astype(np.int64))
+        return (key % shift).astype(np.float64)
+    by_value = np.argsort(values)
+    return values[by_value][np.argsort(codes[by_value], kind="stable")]
+
+
+def _bucket_quantile(sorted_values: np.ndarray, count: np.ndarray, q: float) -> np.ndarray:
+    """Per bucket the ``q`` quantile of its values (linear interpolation between the two nearest
+    order statistics, as numpy's and pandas' default: position ``q x (count - 1)``); NaN for an
+    empty bucket. ``sorted_values`` as :func:`_sorted_by_bucket` orders them."""
+    start = np.concatenate(([0], np.cumsum(count)[:-1]))
+    out = np.full(len(count), np.nan)
+    has = count > 0
+    pos = q * (count[has] - 1).astype(np.float64)
+    lo = np.floor(pos).astype(np.int64)
+    frac = pos % 1
+    val = sorted_values[start[has] + lo]
+    nxt = sorted_values[start[has] + np.minimum(lo + 1, count[has] - 1)]
+    out[has] = np.where(frac == 0.0, val, val + (nxt - val) * frac)
+    return out
 
 
 def _representatives(

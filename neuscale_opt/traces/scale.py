@@ -57,12 +57,14 @@ def scale_trace(trace: pd.DataFrame, factor: float, seed: int = 0, jitter_s: flo
         arrivals.append(trace["arrival_s"].to_numpy()[idx] + sh)
         for c in trace.columns:
             cols[c].append(trace[c].to_numpy()[idx])
-    out = pd.DataFrame({c: np.concatenate(v) for c, v in cols.items()})
-    out["arrival_s"] = np.concatenate(arrivals)
+    data = {c: np.concatenate(v) for c, v in cols.items()}
+    data["arrival_s"] = np.concatenate(arrivals)
     horizon = trace.attrs.get("horizon_s")
     if horizon is not None:
-        out = out[out["arrival_s"] < float(horizon)]
-    out = out.sort_values("arrival_s", kind="mergesort").reset_index(drop=True)
+        keep = data["arrival_s"] < float(horizon)
+        data = {c: v[keep] for c, v in data.items()}
+    order = np.argsort(data["arrival_s"], kind="stable")  # by arrival, copies in stable order
+    out = pd.DataFrame({c: v[order] for c, v in data.items()})
     out.attrs = dict(trace.attrs)
     out.attrs["rate_scale"] = factor
     out.attrs["label"] = (

@@ -164,21 +164,118 @@ def test_shortfall_lp_bound_hand_solved():
     assert "not proven" not in sol.diagnosis  # solved to optimality within the diagnosis limit
 
 
-def test_unproven_joint_diagnosis_says_so_and_gives_the_lp_bound(monkeypatch):
+def _diagnosis_stopped_by(monkeypatch, limit: str):
+    """The diagnosis search (unserved allowed, node-limited) ends at ``limit`` with its incumbent."""
     import neuscale_opt.alloc.plan as plan_mod
 
     real = plan_mod.solve_model
 
-    def stopped(m, options):  # the diagnosis search (time-limited, unserved allowed) ends at its limit
+    def stopped(m, options):
         res = real(m, options)
-        if options.allow_unserved and options.time_limit_s is not None and res.status == "optimal":
-            return dataclasses.replace(res, status="time_limit")
+        if options.allow_unserved and options.node_limit is not None and res.status == "optimal":
+            return dataclasses.replace(res, status=limit, stopped_by=limit)
         return res
 
     monkeypatch.setattr(plan_mod, "solve_model", stopped)
+    return plan_mod
+
+
+def test_unproven_joint_diagnosis_says_so_and_gives_the_lp_bound(monkeypatch):
+    plan_mod = _diagnosis_stopped_by(monkeypatch, "work_limit")
     sol = solve_milp(_two_chip_vpods_case(), PlanOptions(objective="cost"))
     assert sol.status == "infeasible"
     line = sol.diagnosis
     assert "\n" not in line
-    assert f"found in {plan_mod.DIAGNOSIS_TIME_LIMIT_S:g} s" in line and "not proven minimal" in line
-    assert "6 req/s unserved" in line and "at least 5.333 req/s short" in line
+    n = plan_mod.DIAGNOSIS_NODE_LIMIT
+    assert f"found in {n} nodes" in line and f"work limit of {n} nodes, not proven minimal" in line
+    assert "6 req/s unserved" in line and "at least 5.333 req/s short" in line  # 16/3, hand-solved above
+    assert "may differ between machines" not in line
+
+
+def test_joint_diagnosis_stopped_by_the_clock_says_it_may_differ(monkeypatch):
+    plan_mod = _diagnosis_stopped_by(monkeypatch, "time_limit")
+    line = solve_milp(_two_chip_vpods_case(), PlanOptions(objective="cost")).diagnosis
+    assert f"wall-clock safety net of {plan_mod.DIAGNOSIS_TIME_LIMIT_S:g} s (may differ between machines)" in line
+    assert "not proven minimal" in line and "at least 5.333 req/s short" in line
+
+
+def test_diagnosis_limits_are_the_node_count_first_and_never_above_the_run():
+    from neuscale_opt.alloc.plan import DIAGNOSIS_NODE_LIMIT, DIAGNOSIS_TIME_LIMIT_S, diagnosis_limits
+
+    assert diagnosis_limits(PlanOptions()) == (DIAGNOSIS_NODE_LIMIT, DIAGNOSIS_TIME_LIMIT_S)
+    assert diagnosis_limits(PlanOptions(node_limit=None, time_limit_s=None)) == (
+        DIAGNOSIS_NODE_LIMIT,
+        DIAGNOSIS_TIME_LIMIT_S,
+    )
+    assert diagnosis_limits(PlanOptions(node_limit=7, time_limit_s=2.5)) == (7, 2.5)
+
+
+def test_joint_diagnosis_is_the_same_text_whatever_the_clock(monkeypatch):
+    # the same over-subscribed input gives the same line, run again and under a tighter (not binding)
+    # clock; the diagnosis search is handed the node limit, the clock only as its safety net
+    import neuscale_opt.alloc.plan as plan_mod
+
+    seen = []
+    real = plan_mod.solve_model
+
+    def spy(m, options):
+        if options.allow_unserved:
+            seen.append((options.node_limit, options.time_limit_s))
+        return real(m, options)
+
+    monkeypatch.setattr(plan_mod, "solve_model", spy)
+    c = _two_chip_vpods_case()
+    lines = [solve_milp(c, PlanOptions(objective="cost", time_limit_s=t)).diagnosis for t in (1800.0, 1800.0, 30.0)]
+    assert lines[0] == lines[1] == lines[2]
+    assert "6 req/s unserved" in lines[0] and "not proven" not in lines[0]
+    assert seen == [(plan_mod.DIAGNOSIS_NODE_LIMIT, plan_mod.DIAGNOSIS_TIME_LIMIT_S)] * 2 + [
+        (plan_mod.DIAGNOSIS_NODE_LIMIT, 30.0)
+    ]
+
+
+def _melange_oversubscribed():
+    # 6 x 6 classes on four GPU types (Melange-sized), slice factor 8, 2-6 GPUs of each type for
+    # 600 req/s: every class fits alone, not all together; the diagnosis search needs hundreds of
+    # nodes to prove its optimum, so a small node limit stops it for real
+    from neuscale_opt.alloc.melange import MelangeConfig, melange_coefficients
+
+    speed = {"L4": (0.7, 1.0, 0.55), "A10G": (1.01, 1.3, 0.6), "A100-80GB": (3.67, 4.0, 0.85)}
+    speed["H100"] = (7.516, 7.0, 0.9)  # (USD/h, relative speed, decay per size step)
+    tputs = {
+        g: [[round(b * 40 * d ** (i + 1.5 * j) / (1 + 0.2 * i), 4) for j in range(6)] for i in range(6)]
+        for g, (_, b, d) in speed.items()
+    }
+    gpu_info = {g: {"cost": p, "tputs": tputs[g]} for g, (p, _, _) in speed.items()}
+    w = [[(i + 1) * (6 - j) for j in range(6)] for i in range(6)]
+    tot = sum(map(sum, w))
+    cfg = MelangeConfig.model_validate(
+        {
+            "gpu_info": gpu_info,
+            "workload_distribution": [[x / tot for x in r] for r in w],
+            "total_request_rate": 600.0,
+            "slice_factor": 8,
+        }
+    )
+    c = melange_coefficients(cfg)
+    chips = c.chips.copy()
+    chips["healthy_chips"] = [6.0, 6.0, 6.0, 2.0]
+    return dataclasses.replace(c, chips=chips)
+
+
+def test_joint_diagnosis_cut_by_the_node_limit_is_deterministic_and_bounded(monkeypatch):
+    import re
+
+    import neuscale_opt.alloc.plan as plan_mod
+
+    monkeypatch.setattr(plan_mod, "DIAGNOSIS_NODE_LIMIT", 2)
+    c = _melange_oversubscribed()
+    opts = PlanOptions(objective="cost", util_cap=1.0, slice_factor=8)
+    a, b = (solve_milp(c, opts).diagnosis for _ in range(2))
+    assert a == b and "\n" not in a
+    assert "found in 2 nodes" in a and "work limit of 2 nodes, not proven minimal" in a
+    found = float(re.search(r"leaves ([0-9.]+) req/s unserved", a).group(1))
+    proven = float(re.search(r"proves at least ([0-9.]+) req/s short", a).group(1))
+    # the LP bound, cross-checked by the other solver, is below what the cut search's plan leaves
+    ctx = build_context(c, resolve_options(c, opts.replace(backend="ortools")), 0)
+    assert sum(shortfall_bound(ctx).values()) == pytest.approx(proven, rel=1e-3)
+    assert proven <= found + 1e-3

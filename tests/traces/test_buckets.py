@@ -108,3 +108,24 @@ def test_histograms_match_pandas_on_shipped_traces(path: Path, spec: BucketSpec)
     assert reps.dtype == np.int64 and (reps >= 1).all()
     full = tb["count"].to_numpy() > 0
     np.testing.assert_array_equal(reps[full, 0], np.ceil(g["input_tokens"].to_numpy()[full] - 1e-9))
+
+
+@pytest.mark.parametrize("fractional", [False, True])
+def test_bucket_quantiles_equal_numpy_per_bucket(fractional):
+    # per-bucket quantiles and maxima against numpy.quantile on each bucket's values (linear
+    # interpolation), whole token counts (the integer-key sort) and fractional values (the other)
+    from neuscale_opt.traces.buckets import _bucket_quantile, _sorted_by_bucket
+
+    rng = np.random.default_rng(5)
+    codes = rng.integers(0, 6, size=500)
+    codes[codes == 4] = 5  # bucket 4 empty
+    values = rng.integers(1, 40, size=500).astype(float) + (rng.random(500) if fractional else 0.0)
+    count = np.bincount(codes, minlength=7)  # bucket 6 empty too
+    ordered = _sorted_by_bucket(codes, values)
+    for q in (0.0, 0.5, 0.9, 0.99, 1.0):
+        got = _bucket_quantile(ordered, count, q)
+        for b in range(7):
+            if count[b] == 0:
+                assert np.isnan(got[b])
+            else:
+                assert got[b] == pytest.approx(np.quantile(values[codes == b], q), rel=1e-12)
