@@ -22,11 +22,8 @@ EPS = 1e-9
 
 
 def _members(ctx: WindowContext) -> dict[str, list[tuple[str, str, str, float]]]:
-    """Configurations of each group: (config_id, bucket, phase, c_k)."""
-    out: dict[str, list[tuple[str, str, str, float]]] = {g: [] for g in ctx.groups["group"]}
-    for r in ctx.configs.itertuples():
-        out[r.group].append((r.config_id, str(r.bucket), str(r.phase), float(r.cap_rps)))
-    return out
+    """Configurations of each group: (config_id, bucket, phase, c_k) (``WindowContext.members``)."""
+    return ctx.members
 
 
 def placed_members(ctx: WindowContext) -> dict[tuple[str, str], list[str]]:
@@ -35,9 +32,10 @@ def placed_members(ctx: WindowContext) -> dict[tuple[str, str], list[str]]:
     if not ctx.placement or ctx.options.placement == "none":
         return {}
     out: dict[tuple[str, str], list[str]] = {}
-    for r in ctx.groups.itertuples():
-        if str(r.chip) in ctx.placement:
-            out.setdefault((str(r.chip), str(r.placed_shape)), []).append(str(r.group))
+    gr = ctx.groups
+    for g, chip, shape in zip(gr["group"], gr["chip"], gr["placed_shape"], strict=True):
+        if str(chip) in ctx.placement:
+            out.setdefault((str(chip), str(shape)), []).append(str(g))
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
@@ -55,17 +53,18 @@ def group_bounds(ctx: WindowContext) -> dict[str, int]:
         inv_max[c] = max(inv_max.get(c, 0.0), h)
     carried = ctx.state.n if ctx.state is not None else {}
     out: dict[str, int] = {}
-    for r in ctx.groups.itertuples():
+    gr = ctx.groups
+    for g, chip, chips_per_vpod in zip(gr["group"], gr["chip"], gr["chips_per_vpod"], strict=True):
         peak = 0.0
         for t in ctx.epochs:
-            load = sum(ctx.demand.get((b, t), 0.0) / c for _k, b, _p, c in members[r.group])
+            load = sum(ctx.demand.get((b, t), 0.0) / c for _k, b, _p, c in members[g])
             peak = max(peak, load)
         need = math.ceil(peak / max(1.0 - ctx.delta, EPS) - 1e-9)
-        ub = max(need, int(carried.get(r.group, 0)))
-        inv = inv_max.get(str(r.chip), math.inf)
+        ub = max(need, int(carried.get(g, 0)))
+        inv = inv_max.get(str(chip), math.inf)
         if not math.isinf(inv):
-            ub = min(ub, int(math.floor(inv / float(r.chips_per_vpod) + 1e-9)))
-        out[r.group] = max(ub, 0)
+            ub = min(ub, int(math.floor(inv / float(chips_per_vpod) + 1e-9)))
+        out[g] = max(ub, 0)
     return out
 
 
@@ -169,8 +168,8 @@ def add_demand_coverage(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     if len(m.COVER) == 0:
         return
     members: dict[tuple[str, str], list[str]] = {}
-    for r in ctx.configs.itertuples():
-        members.setdefault((str(r.bucket), str(r.phase)), []).append(r.config_id)
+    for k, b, p in zip(ctx.configs["config_id"], ctx.configs["bucket"], ctx.configs["phase"], strict=True):
+        members.setdefault((str(b), str(p)), []).append(k)
 
     def rule(_m: pyo.ConcreteModel, b: str, p: str, t: int):
         return sum(_m.rate[k, t] for k in members.get((b, p), [])) + _m.unserved[b, t] == ctx.demand[(b, t)]
@@ -214,8 +213,8 @@ def add_chip_inventory(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     if len(m.CHIPS_T) == 0:
         return
     by_chip: dict[str, list[tuple[str, float]]] = {}
-    for r in ctx.groups.itertuples():
-        by_chip.setdefault(str(r.chip), []).append((r.group, float(r.chips_per_vpod)))
+    for g, chip, w in zip(ctx.groups["group"], ctx.groups["chip"], ctx.groups["chips_per_vpod"], strict=True):
+        by_chip.setdefault(str(chip), []).append((g, float(w)))
 
     def rule(_m: pyo.ConcreteModel, c: str, t: int):
         return sum(w * _m.n_vpods[g, t] for g, w in by_chip.get(c, [])) <= ctx.inventory[(c, t)]
