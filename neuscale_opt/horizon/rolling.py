@@ -39,6 +39,7 @@ from neuscale_opt.horizon.context import State, WindowContext, build_window, hor
 from neuscale_opt.horizon.evaluate import evaluate_schedule
 from neuscale_opt.horizon.model import add_held_if_used, build_model
 from neuscale_opt.horizon.params import HorizonParams, inventory_schedule
+from neuscale_opt.horizon.persistent import CompiledWindows
 from neuscale_opt.horizon.placement import epoch_placement_rows, window_placements
 from neuscale_opt.traces.forecast import forecast
 
@@ -70,16 +71,22 @@ def actual_demand(coeffs: Coefficients) -> dict[tuple[str, int], float]:
     return {(str(r.bucket), int(r.epoch)): float(r.rate_rps) for r in coeffs.demand.itertuples()}
 
 
-def forecast_window(coeffs: Coefficients, method: str, start: int, epochs: list[int]) -> dict[tuple[str, int], float]:
+def forecast_window(
+    coeffs: Coefficients,
+    method: str,
+    start: int,
+    epochs: list[int],
+    actual: dict[tuple[str, int], float] | None = None,
+) -> dict[tuple[str, int], float]:
     """Planned demand of ``epochs`` (a window starting at ``start``) made with data before ``start``.
 
     ``oracle`` returns the actual demand. Otherwise ``traces.forecast(history, method, steps)`` on
     the epochs before ``start``. Warm start: a window starting at 0 treats epoch 0 as observed (the
     cluster exists at t = 0 sized for it), so epoch 0 is planned on its actual demand and later
     epochs from it. Where a method has no value (``seasonal-naive`` within its first period) the
-    last observed epoch is used.
+    last observed epoch is used. ``actual``: :func:`actual_demand` of ``coeffs`` when the caller has it.
     """
-    actual = actual_demand(coeffs)
+    actual = actual_demand(coeffs) if actual is None else actual
     if method == "oracle":
         return {(b, t): actual.get((b, t), 0.0) for t in epochs for b in coeffs.bucket_names}
     out: dict[tuple[str, int], float] = {}
@@ -116,13 +123,18 @@ def instance_inventory(coeffs: Coefficients, events: Any = ()) -> dict[tuple[str
 
 
 def solve_window(
-    ctx: WindowContext, place: Iterable[int] | None = None
+    ctx: WindowContext, place: Iterable[int] | None = None, compiled: CompiledWindows | None = None
 ) -> tuple[dict[int, EpochCommit], dict[str, Any]]:
     """Solve one window; the plan of each of its epochs (not yet committed) and solver info. The
     placements of the epochs in ``place`` (default: every epoch) are realised from the solved
-    ``placement`` sub-blocks."""
-    m = build_model(ctx)
-    res = solve_model(m, ctx.options)
+    ``placement`` sub-blocks. With ``compiled`` (a rolling plan's compiled windows) the window is
+    re-solved from the compiled model of its structure where it can be (the same arrays as a fresh
+    build), else built."""
+    res = compiled.solve(ctx, ctx.options) if compiled is not None else None
+    m = None
+    if res is None:
+        m = build_model(ctx)
+        res = solve_model(m, ctx.options)
     info = res.info()
     if res.status == "no_incumbent":
         raise TimeLimitError(
@@ -140,7 +152,7 @@ def solve_window(
         s = {str(b): val for (b, tt), val in v.get("unserved", {}).items() if tt == t and val > 1e-9}
         planned = {b: ctx.demand.get((b, t), 0.0) for b in ctx.buckets}
         rows: tuple[dict[str, Any], ...] = ()
-        if t in realise:
+        if t in realise and m is not None:
             rows = tuple(epoch_placement_rows(ctx, t, window_placements(m, ctx, t, n), x))
         out[t] = EpochCommit(t, n, x, s, planned, res.status, {}, rows)
     return out, info
@@ -216,11 +228,13 @@ def plan_rolling(
     commits: list[EpochCommit] = []
     seconds = 0.0
     ctx = None
+    compiled = CompiledWindows()
+    actual = actual_demand(coeffs)
     for i, t in enumerate(epochs):
         win = epochs[i : i + h]
-        dem = forecast_window(coeffs, fc_method, t, win)
+        dem = forecast_window(coeffs, fc_method, t, win, actual)
         ctx = build_window(coeffs, opts.start_budget("per-window"), params, win, dem, inv, state, prep)
-        plans, info = solve_window(ctx, place=[t])
+        plans, info = solve_window(ctx, place=[t], compiled=compiled)
         c = plans[t]
         c = EpochCommit(c.epoch, c.n, c.x, c.s, c.planned, c.status, info, c.placements)
         seconds += info["solve_seconds"]
