@@ -225,24 +225,35 @@ def bench_out(repeat: int) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def solve_log():
-    """Every ``solve_model`` call of the planners, recorded (nodes, status, seconds) while inside."""
+    """Every solve of the planners (``solve_model``, and ``solve_form`` of the rolling windows
+    re-solved from a compiled model), recorded (nodes, status, seconds) while inside."""
     import neuscale_opt.alloc.plan as alloc_plan
+    import neuscale_opt.horizon.persistent as persistent
     import neuscale_opt.horizon.rolling as rolling
-    from neuscale_opt.alloc.solve import solve_model
+    from neuscale_opt.alloc.solve import solve_form, solve_model
 
     log: list[dict[str, Any]] = []
 
+    def record(res):
+        log.append({"nodes": res.nodes, "status": res.status, "seconds": round(res.seconds, 3)})
+
     def spy(m, options):
         res = solve_model(m, options)
-        log.append({"nodes": res.nodes, "status": res.status, "seconds": round(res.seconds, 3)})
+        record(res)
         return res
 
-    saved = alloc_plan.solve_model, rolling.solve_model
+    def spy_form(form, options):
+        res, x = solve_form(form, options)
+        record(res)
+        return res, x
+
+    saved = alloc_plan.solve_model, rolling.solve_model, persistent.solve_form
     alloc_plan.solve_model = rolling.solve_model = spy
+    persistent.solve_form = spy_form
     try:
         yield log
     finally:
-        alloc_plan.solve_model, rolling.solve_model = saved
+        alloc_plan.solve_model, rolling.solve_model, persistent.solve_form = saved
 
 
 #: Shipped instances case (e) plans (``--instances``; default: all of them).

@@ -184,9 +184,7 @@ def add_params(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
 def add_variables(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     """``n_vpods`` (Z>=0), ``rate`` (req/s), ``unserved`` (req/s), ``created``, ``deleted``, ``lost`` (vPods)."""
     bucket_of = dict(zip(ctx.configs["config_id"], ctx.configs["bucket"], strict=True))
-    m.n_vpods = pyo.Var(
-        m.GROUPS, m.EPOCHS, domain=pyo.NonNegativeIntegers, bounds=lambda _m, g, t: (0, _m.n_upper[g])
-    )
+    m.n_vpods = pyo.Var(m.GROUPS, m.EPOCHS, domain=pyo.NonNegativeIntegers, bounds=lambda _m, g, t: (0, _m.n_upper[g]))
     m.rate = pyo.Var(
         m.CONFIGS,
         m.EPOCHS,
