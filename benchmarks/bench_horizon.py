@@ -13,8 +13,9 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
     Measured (interleaved A/B in one sequence, one run each, shared 2-core machine): the code
     before compiled windows 149.8 s and 150.1 s wall, 73.8 s and 63.2 s CPU (load 5.6 and 4.4);
     now 28.7 s and 42.3 s wall, 14.3 s and 17.3 s CPU (load 4.7 and 5.1): 4.3x less CPU, the
-    same plan (rows SHA-256 24c9d633...89e26, objective 25,373,880, bound 23,434,743). Alone at
-    load 3.0: 19.8 s wall, 14.6 s CPU (the wall time is an upper bound of the quiet one). Before,
+    same plan (rows SHA-256 24c9d633...89e26, objective 25,373,880, bound 23,434,743). On a quiet
+    machine, the two one after the other: 15.5 s wall now (load 0.25) against 70.1 s before (load
+    0.7), 4.5x. Before,
     each window re-ran the epoch-independent preparation (its check for reuse never matched the
     resolved default penalty: 38 % of a cProfile of the plan) and built and compiled a fresh Pyomo
     model (33 %); now 12 compiled structures serve the 288 windows (``horizon/persistent.py``), and
