@@ -214,7 +214,8 @@ class LinearForm:
     """A linear Pyomo model as arrays (Pyomo's standard-form compiler, ``mixed_form``): the columns
     (Pyomo variables) with bounds and integrality, the rows ``row_lo <= A x <= row_hi`` and the
     objective ``c x + offset`` (minimised). ``eliminated`` are the model's variables that appear in
-    no row and no objective term, or are fixed: their value is set without the solver."""
+    no row and no objective term, or are fixed: their value is set without the solver. ``rows``: the
+    compiler's row entries (constraint, bound type: 0 equality, 1 upper, -1 lower), one per row."""
 
     columns: list
     col_lo: Any
@@ -225,6 +226,7 @@ class LinearForm:
     row_hi: Any
     cost: Any
     offset: float
+    rows: list = field(default_factory=list)
 
 
 class TriviallyInfeasible(Exception):
@@ -259,7 +261,7 @@ def linear_form(m: pyo.ConcreteModel) -> LinearForm:
     a = info.A.tocsc() if n else info.A
     cost = np.asarray(info.c.toarray()[0], dtype=float) if info.c.shape[0] else np.zeros(n)
     offset = float(np.asarray(info.c_offset).ravel()[0]) if np.size(info.c_offset) else 0.0
-    return LinearForm(cols, lo, hi, integer, a, row_lo, row_hi, cost, offset)
+    return LinearForm(cols, lo, hi, integer, a, row_lo, row_hi, cost, offset, list(info.rows))
 
 
 def recorded_form(m: pyo.ConcreteModel) -> LinearForm | None:
@@ -405,19 +407,33 @@ def _new_highs():
 
 
 def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
-    import highspy
-    import numpy as np
-
     _highs_threads(int(options.threads))
     try:
         form = recorded_form(m) or linear_form(m)
     except TriviallyInfeasible:
         return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "highs")
-    n = len(form.columns)
-    if n == 0:  # every variable fixed or unused: the objective is a constant
+    if len(form.columns) == 0:  # every variable fixed or unused: the objective is a constant
         _load_values(m, form, [])
         obj = float(pyo.value(m.total_objective.expr)) if hasattr(m, "total_objective") else form.offset
         return SolveResult("optimal", obj, obj, 0.0, 0.0, "highs", _values(m))
+    res, x = solve_form(form, options)
+    if x is None:
+        return res
+    _load_values(m, form, x)
+    return dataclasses.replace(res, values=_values(m))
+
+
+def solve_form(form: LinearForm, options: PlanOptions) -> tuple[SolveResult, Any]:
+    """Solve a compiled model (:func:`linear_form`, at least one column) with HiGHS under the
+    options' limits; the result (without ``values``) and the column values (None without a
+    plan). A fresh HiGHS instance per call, so that a form re-solved with other numbers (a rolling
+    window, :mod:`neuscale_opt.horizon.persistent`) is solved exactly as a fresh compile of it."""
+    import highspy
+    import numpy as np
+
+    start = time.perf_counter()
+    _highs_threads(int(options.threads))
+    n = len(form.columns)
     h = _new_highs()
     lp = highspy.HighsLp()
     lp.num_col_ = n
@@ -464,7 +480,7 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     sol = h.getSolution()
     ms = highspy.HighsModelStatus
     if st in (ms.kInfeasible, ms.kUnboundedOrInfeasible):
-        return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "highs")
+        return SolveResult("infeasible", math.nan, math.nan, math.inf, time.perf_counter() - start, "highs"), None
     optimal = st == ms.kOptimal
     # the node limit ends a search with kSolutionLimit (HiGHS >= 1.7; kIterationLimit before): work
     # limits, the same on any machine; kTimeLimit is the clock
@@ -481,15 +497,16 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     bound = bound if math.isfinite(bound) else -math.inf
     if not (has_incumbent and math.isfinite(obj)):
         status = "no_incumbent" if stopped_by is not None else "infeasible"
-        return SolveResult(status, math.nan, bound, math.inf, 0.0, "highs", nodes=nodes, stopped_by=stopped_by)
-    _load_values(m, form, sol.col_value)
+        res = SolveResult(status, math.nan, bound, math.inf, 0.0, "highs", nodes=nodes, stopped_by=stopped_by)
+        return dataclasses.replace(res, seconds=time.perf_counter() - start), None
     if optimal:
         status, stopped_by = "optimal", None
         bound = min(bound, obj) if math.isfinite(bound) else obj
     else:
         status = stopped_by
     gap = relative_gap(obj, bound)
-    return SolveResult(status, obj, bound, gap, 0.0, "highs", _values(m), nodes=nodes, stopped_by=stopped_by)
+    res = SolveResult(status, obj, bound, gap, time.perf_counter() - start, "highs", nodes=nodes, stopped_by=stopped_by)
+    return res, np.asarray(sol.col_value, dtype=float)
 
 
 def _linear_rows(m: pyo.ConcreteModel):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import pandas as pd
 
@@ -71,6 +72,18 @@ class WindowContext:
     placement: Mapping[str, GenPlacementData] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
 
+    @cached_property
+    def members(self) -> dict[str, list[tuple[str, str, str, float]]]:
+        """Configurations of each group: (config_id, bucket, phase, c_k), in the order of ``configs``
+        (computed once per window; every family that sums over a group's members reads it)."""
+        out: dict[str, list[tuple[str, str, str, float]]] = {g: [] for g in self.groups["group"]}
+        cfg = self.configs
+        for k, g, b, p, c in zip(
+            cfg["config_id"], cfg["group"], cfg["bucket"], cfg["phase"], cfg["cap_rps"], strict=True
+        ):
+            out[g].append((k, str(b), str(p), float(c)))
+        return out
+
     def previous(self, t: int) -> int | None:
         """The epoch before t whose vPod counts couple into t, or None (first epoch, warm start)."""
         if t == self.epochs[0]:
@@ -121,6 +134,18 @@ def reconfiguration_coefficients(
     return k * chips * params.create_energy_j_per_chip, k * chips * params.delete_energy_j_per_chip
 
 
+def prepared_for(prepared: Prepared, options: PlanOptions) -> bool:
+    """Was ``prepared`` made by ``prepare(coeffs, options)``? Its options are ``options`` with the
+    default unserved penalty resolved to a number (``prepare`` fixes it), so a window planned with the
+    default penalty reuses the preparation instead of redoing it (the time budget, ``deadline``, is
+    not a setting and does not count)."""
+    if prepared.options == options:
+        return True
+    return options.unserved_penalty is None and prepared.options == options.replace(
+        unserved_penalty=prepared.options.unserved_penalty
+    )
+
+
 def build_window(
     coeffs: Coefficients,
     options: PlanOptions,
@@ -133,7 +158,7 @@ def build_window(
 ) -> WindowContext:
     """The frozen data of the window ``epochs`` (consecutive) with planned ``demand``."""
     opts = horizon_options(options)
-    if prepared is None or prepared.options != opts:
+    if prepared is None or not prepared_for(prepared, opts):
         prepared = prepare(coeffs, opts)
     cfg = prepared.configs.reset_index(drop=True)
     cols = ["group", "chip", "shape", "chips_per_vpod", "held_obj_per_vpod", "vpod_type", "placed_shape"]

@@ -22,11 +22,8 @@ EPS = 1e-9
 
 
 def _members(ctx: WindowContext) -> dict[str, list[tuple[str, str, str, float]]]:
-    """Configurations of each group: (config_id, bucket, phase, c_k)."""
-    out: dict[str, list[tuple[str, str, str, float]]] = {g: [] for g in ctx.groups["group"]}
-    for r in ctx.configs.itertuples():
-        out[r.group].append((r.config_id, str(r.bucket), str(r.phase), float(r.cap_rps)))
-    return out
+    """Configurations of each group: (config_id, bucket, phase, c_k) (``WindowContext.members``)."""
+    return ctx.members
 
 
 def placed_members(ctx: WindowContext) -> dict[tuple[str, str], list[str]]:
@@ -35,9 +32,10 @@ def placed_members(ctx: WindowContext) -> dict[tuple[str, str], list[str]]:
     if not ctx.placement or ctx.options.placement == "none":
         return {}
     out: dict[tuple[str, str], list[str]] = {}
-    for r in ctx.groups.itertuples():
-        if str(r.chip) in ctx.placement:
-            out.setdefault((str(r.chip), str(r.placed_shape)), []).append(str(r.group))
+    gr = ctx.groups
+    for g, chip, shape in zip(gr["group"], gr["chip"], gr["placed_shape"], strict=True):
+        if str(chip) in ctx.placement:
+            out.setdefault((str(chip), str(shape)), []).append(str(g))
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
@@ -55,18 +53,59 @@ def group_bounds(ctx: WindowContext) -> dict[str, int]:
         inv_max[c] = max(inv_max.get(c, 0.0), h)
     carried = ctx.state.n if ctx.state is not None else {}
     out: dict[str, int] = {}
-    for r in ctx.groups.itertuples():
+    gr = ctx.groups
+    for g, chip, chips_per_vpod in zip(gr["group"], gr["chip"], gr["chips_per_vpod"], strict=True):
         peak = 0.0
         for t in ctx.epochs:
-            load = sum(ctx.demand.get((b, t), 0.0) / c for _k, b, _p, c in members[r.group])
+            load = sum(ctx.demand.get((b, t), 0.0) / c for _k, b, _p, c in members[g])
             peak = max(peak, load)
         need = math.ceil(peak / max(1.0 - ctx.delta, EPS) - 1e-9)
-        ub = max(need, int(carried.get(r.group, 0)))
-        inv = inv_max.get(str(r.chip), math.inf)
+        ub = max(need, int(carried.get(g, 0)))
+        inv = inv_max.get(str(chip), math.inf)
         if not math.isinf(inv):
-            ub = min(ub, int(math.floor(inv / float(r.chips_per_vpod) + 1e-9)))
-        out[r.group] = max(ub, 0)
+            ub = min(ub, int(math.floor(inv / float(chips_per_vpod) + 1e-9)))
+        out[g] = max(ub, 0)
     return out
+
+
+def cover_set(ctx: WindowContext) -> list[tuple[str, str, int]]:
+    """COVER: (class b, phase p, epoch t) with d_{b,t} > 0, in build order."""
+    return [(b, p, t) for t in ctx.epochs for b in ctx.buckets for p in ctx.phases if ctx.demand.get((b, t), 0) > 0]
+
+
+def chips_t_set(ctx: WindowContext) -> list[tuple[str, int]]:
+    """CHIPS_T: (generation c, epoch t) with a finite inventory H_{c,t}, in build order."""
+    chips = sorted({str(c) for c in ctx.groups["chip"]})
+    return [(c, t) for c in chips for t in ctx.epochs if not math.isinf(ctx.inventory.get((c, t), math.inf))]
+
+
+def hold_set(ctx: WindowContext) -> list[tuple[str, int, int]]:
+    """HOLD: (g, t, tau) with t - K <= tau <= t - 1, t with a previous epoch, no failure of chip(g)
+    in (tau, t], and a load that may bind: some member's class has demand at tau (tau in the
+    window) or the carried load u_{g,tau} is positive (tau before it), in build order."""
+    ts = list(ctx.epochs)
+    coupled = ctx.params.coupling
+    hold = []
+    if coupled and ctx.hold_epochs > 0:
+        members = _members(ctx)
+        first = ts[0]
+        chip_of_g = dict(zip(ctx.groups["group"], ctx.groups["chip"], strict=True))
+        # generations losing chips somewhere in the hold windows of the window's epochs (the others
+        # never restart a hold window)
+        failing = {c for c in map(str, chip_of_g.values()) if ctx.dropped_between(c, first - ctx.hold_epochs, ts[-1])}
+        for g in ctx.groups["group"]:
+            for t in ts:
+                if ctx.previous(t) is None:
+                    continue
+                for tau in range(t - ctx.hold_epochs, t):
+                    if tau < 0 or (str(chip_of_g[g]) in failing and ctx.dropped_between(str(chip_of_g[g]), tau, t)):
+                        continue
+                    if tau >= first:
+                        if any(ctx.demand.get((b, tau), 0.0) > 0 for _k, b, _p, _c in members[g]):
+                            hold.append((g, t, tau))
+                    elif ctx.state is not None and ctx.state.loads.get((g, tau), 0.0) > EPS:
+                        hold.append((g, t, tau))
+    return hold
 
 
 def add_sets(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
@@ -80,41 +119,15 @@ def add_sets(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     m.GROUPS = pyo.Set(initialize=list(ctx.groups["group"]), ordered=True)
     m.CONFIGS = pyo.Set(initialize=list(ctx.configs["config_id"]), ordered=True)
     m.BUCKETS = pyo.Set(initialize=list(ctx.buckets), ordered=True)
-    m.COVER = pyo.Set(
-        initialize=[(b, p, t) for t in ts for b in ctx.buckets for p in ctx.phases if ctx.demand.get((b, t), 0) > 0],
-        dimen=3,
-        ordered=True,
-    )
-    chips = sorted({str(c) for c in ctx.groups["chip"]})
-    m.CHIPS_T = pyo.Set(
-        initialize=[(c, t) for c in chips for t in ts if not math.isinf(ctx.inventory.get((c, t), math.inf))],
-        dimen=2,
-        ordered=True,
-    )
+    m.COVER = pyo.Set(initialize=cover_set(ctx), dimen=3, ordered=True)
+    m.CHIPS_T = pyo.Set(initialize=chips_t_set(ctx), dimen=2, ordered=True)
     coupled = ctx.params.coupling
     m.COUPLED = pyo.Set(
         initialize=[(g, t) for g in ctx.groups["group"] for t in ts if coupled and ctx.previous(t) is not None],
         dimen=2,
         ordered=True,
     )
-    hold = []
-    if coupled and ctx.hold_epochs > 0:
-        members = _members(ctx)
-        first = ts[0]
-        chip_of_g = dict(zip(ctx.groups["group"], ctx.groups["chip"], strict=True))
-        for g in ctx.groups["group"]:
-            for t in ts:
-                if ctx.previous(t) is None:
-                    continue
-                for tau in range(t - ctx.hold_epochs, t):
-                    if tau < 0 or ctx.dropped_between(str(chip_of_g[g]), tau, t):
-                        continue
-                    if tau >= first:
-                        if any(ctx.demand.get((b, tau), 0.0) > 0 for _k, b, _p, _c in members[g]):
-                            hold.append((g, t, tau))
-                    elif ctx.state is not None and ctx.state.loads.get((g, tau), 0.0) > EPS:
-                        hold.append((g, t, tau))
-    m.HOLD = pyo.Set(initialize=hold, dimen=3, ordered=True)
+    m.HOLD = pyo.Set(initialize=hold_set(ctx), dimen=3, ordered=True)
     chip_of = dict(zip(ctx.groups["group"], ctx.groups["chip"], strict=True))
     m.LOSS = pyo.Set(
         initialize=[
@@ -128,19 +141,58 @@ def add_sets(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
         m.PLACED_SHAPES = pyo.Set(initialize=[(c, s, t) for c, s in placed for t in ts], dimen=3, ordered=True)
 
 
+def window_data(ctx: WindowContext, hold: list[tuple[str, int, int]] | None = None) -> dict[str, dict]:
+    """Values of the mutable parameters of the window's model (the numbers that change from one
+    rolling window to the next; the structure does not): ``demand_rps`` d_{b,t} (0 where absent),
+    ``n_upper`` the bound of n_{g,t} (:func:`group_bounds`), ``n_carried`` n_{g,t0-1} (0 without a
+    state), ``hold_load`` the carried load u_{g,tau} of a HOLD row (tau before the window; 0 for tau
+    inside it, where the load is the model's own) and ``inventory_chips`` H_{c,t} over CHIPS_T."""
+    first = ctx.epochs[0]
+    carried_n = ctx.state.n if ctx.state is not None else {}
+    loads = ctx.state.loads if ctx.state is not None else {}
+    hold = hold_set(ctx) if hold is None else hold
+    return {
+        "demand_rps": {(b, t): ctx.demand.get((b, t), 0.0) for b in ctx.buckets for t in ctx.epochs},
+        "n_upper": group_bounds(ctx),
+        "n_carried": {g: float(carried_n.get(g, 0)) for g in ctx.groups["group"]},
+        "hold_load": {(g, t, tau): (loads.get((g, tau), 0.0) if tau < first else 0.0) for g, t, tau in hold},
+        "inventory_chips": {(c, t): ctx.inventory[(c, t)] for c, t in chips_t_set(ctx)},
+    }
+
+
+#: The model's mutable parameters and their index sets (``window_data`` gives their values).
+PARAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("demand_rps", ("BUCKETS", "EPOCHS")),
+    ("n_upper", ("GROUPS",)),
+    ("n_carried", ("GROUPS",)),
+    ("hold_load", ("HOLD",)),
+    ("inventory_chips", ("CHIPS_T",)),
+)
+
+
+def add_params(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """The mutable parameters of :func:`window_data` (``formulations/horizon.md``, "Parameters"):
+    every number of the window that a later window changes enters the rows and bounds through them,
+    so that a compiled window can be re-solved for another window of the same structure
+    (:mod:`neuscale_opt.horizon.persistent`)."""
+    data = window_data(ctx, list(m.HOLD))
+    for name, sets in PARAMS:
+        index = [getattr(m, s) for s in sets]
+        setattr(m, name, pyo.Param(*index, mutable=True, initialize=data[name], default=0.0))
+
+
 def add_variables(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     """``n_vpods`` (Z>=0), ``rate`` (req/s), ``unserved`` (req/s), ``created``, ``deleted``, ``lost`` (vPods)."""
-    ub = group_bounds(ctx)
     bucket_of = dict(zip(ctx.configs["config_id"], ctx.configs["bucket"], strict=True))
-    m.n_vpods = pyo.Var(m.GROUPS, m.EPOCHS, domain=pyo.NonNegativeIntegers, bounds=lambda _m, g, t: (0, ub[g]))
+    m.n_vpods = pyo.Var(m.GROUPS, m.EPOCHS, domain=pyo.NonNegativeIntegers, bounds=lambda _m, g, t: (0, _m.n_upper[g]))
     m.rate = pyo.Var(
         m.CONFIGS,
         m.EPOCHS,
         domain=pyo.NonNegativeReals,
-        bounds=lambda _m, k, t: (0, ctx.demand.get((str(bucket_of[k]), t), 0.0)),
+        bounds=lambda _m, k, t: (0, _m.demand_rps[str(bucket_of[k]), t]),
     )
     m.unserved = pyo.Var(
-        m.BUCKETS, m.EPOCHS, domain=pyo.NonNegativeReals, bounds=lambda _m, b, t: (0, ctx.demand.get((b, t), 0.0))
+        m.BUCKETS, m.EPOCHS, domain=pyo.NonNegativeReals, bounds=lambda _m, b, t: (0, _m.demand_rps[b, t])
     )
     m.created = pyo.Var(m.COUPLED, domain=pyo.NonNegativeReals)
     m.deleted = pyo.Var(m.COUPLED, domain=pyo.NonNegativeReals)
@@ -150,7 +202,7 @@ def add_variables(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
 def _n_prev(m: pyo.ConcreteModel, ctx: WindowContext, g: str, t: int):
     """n_{g, t-1}: a variable inside the window, the carried count for the window's first epoch."""
     if t == ctx.epochs[0]:
-        return float(ctx.state.n.get(g, 0)) if ctx.state is not None else 0.0
+        return m.n_carried[g]
     return m.n_vpods[g, t - 1]
 
 
@@ -169,11 +221,11 @@ def add_demand_coverage(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     if len(m.COVER) == 0:
         return
     members: dict[tuple[str, str], list[str]] = {}
-    for r in ctx.configs.itertuples():
-        members.setdefault((str(r.bucket), str(r.phase)), []).append(r.config_id)
+    for k, b, p in zip(ctx.configs["config_id"], ctx.configs["bucket"], ctx.configs["phase"], strict=True):
+        members.setdefault((str(b), str(p)), []).append(k)
 
     def rule(_m: pyo.ConcreteModel, b: str, p: str, t: int):
-        return sum(_m.rate[k, t] for k in members.get((b, p), [])) + _m.unserved[b, t] == ctx.demand[(b, t)]
+        return sum(_m.rate[k, t] for k in members.get((b, p), [])) + _m.unserved[b, t] == _m.demand_rps[b, t]
 
     m.demand_coverage = pyo.Constraint(m.COVER, rule=rule)
 
@@ -214,11 +266,11 @@ def add_chip_inventory(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     if len(m.CHIPS_T) == 0:
         return
     by_chip: dict[str, list[tuple[str, float]]] = {}
-    for r in ctx.groups.itertuples():
-        by_chip.setdefault(str(r.chip), []).append((r.group, float(r.chips_per_vpod)))
+    for g, chip, w in zip(ctx.groups["group"], ctx.groups["chip"], ctx.groups["chips_per_vpod"], strict=True):
+        by_chip.setdefault(str(chip), []).append((g, float(w)))
 
     def rule(_m: pyo.ConcreteModel, c: str, t: int):
-        return sum(w * _m.n_vpods[g, t] for g, w in by_chip.get(c, [])) <= ctx.inventory[(c, t)]
+        return sum(w * _m.n_vpods[g, t] for g, w in by_chip.get(c, [])) <= _m.inventory_chips[c, t]
 
     m.chip_inventory = pyo.Constraint(m.CHIPS_T, rule=rule)
 
@@ -318,7 +370,7 @@ def add_shrink_hold(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
         lhs = _m.n_vpods[g, t] + (_m.lost[g, t] if (g, t) in loss else 0.0)
         if tau >= first:
             return lhs >= _load(_m, ctx, members[g], tau)
-        return lhs >= ctx.state.loads[(g, tau)]
+        return lhs >= _m.hold_load[g, t, tau]
 
     m.shrink_hold = pyo.Constraint(m.HOLD, rule=rule)
 
@@ -456,6 +508,7 @@ def build_model(ctx: WindowContext) -> pyo.ConcreteModel:
     """The Pyomo model of one window: sets, variables, constraint families, objective."""
     m = pyo.ConcreteModel(name=f"horizon_{ctx.epochs[0]}_{ctx.epochs[-1]}")
     add_sets(m, ctx)
+    add_params(m, ctx)
     add_variables(m, ctx)
     for builder in CONSTRAINT_BUILDERS:
         builder(m, ctx)

@@ -40,6 +40,7 @@ from neuscale_opt.horizon.context import State, WindowContext, build_window, hor
 from neuscale_opt.horizon.evaluate import evaluate_schedule
 from neuscale_opt.horizon.model import add_held_if_used, build_model
 from neuscale_opt.horizon.params import HorizonParams, inventory_schedule
+from neuscale_opt.horizon.persistent import CompiledWindows
 from neuscale_opt.horizon.placement import epoch_placement_rows, window_placements
 from neuscale_opt.traces.forecast import forecast
 
@@ -74,16 +75,22 @@ def actual_demand(coeffs: Coefficients) -> dict[tuple[str, int], float]:
     return {(str(r.bucket), int(r.epoch)): float(r.rate_rps) for r in coeffs.demand.itertuples()}
 
 
-def forecast_window(coeffs: Coefficients, method: str, start: int, epochs: list[int]) -> dict[tuple[str, int], float]:
+def forecast_window(
+    coeffs: Coefficients,
+    method: str,
+    start: int,
+    epochs: list[int],
+    actual: dict[tuple[str, int], float] | None = None,
+) -> dict[tuple[str, int], float]:
     """Planned demand of ``epochs`` (a window starting at ``start``) made with data before ``start``.
 
     ``oracle`` returns the actual demand. Otherwise ``traces.forecast(history, method, steps)`` on
     the epochs before ``start``. Warm start: a window starting at 0 treats epoch 0 as observed (the
     cluster exists at t = 0 sized for it), so epoch 0 is planned on its actual demand and later
     epochs from it. Where a method has no value (``seasonal-naive`` within its first period) the
-    last observed epoch is used.
+    last observed epoch is used. ``actual``: :func:`actual_demand` of ``coeffs`` when the caller has it.
     """
-    actual = actual_demand(coeffs)
+    actual = actual_demand(coeffs) if actual is None else actual
     if method == "oracle":
         return {(b, t): actual.get((b, t), 0.0) for t in epochs for b in coeffs.bucket_names}
     out: dict[tuple[str, int], float] = {}
@@ -124,15 +131,21 @@ def solve_window(
     place: Iterable[int] | None = None,
     tail: dict[int, dict[str, float]] | None = None,
     tokens: dict[str, float] | None = None,
+    compiled: CompiledWindows | None = None,
 ) -> tuple[dict[int, EpochCommit], dict[str, Any], set[str]]:
     """Solve one window; the plan of each of its epochs (not yet committed), solver info and the
     tail classes that found no room. The placements of the epochs in ``place`` (default: every
     epoch) are realised from the solved ``placement`` sub-blocks. ``tail`` (per epoch of ``place``:
     class -> rate, left out of ``ctx.demand``) is routed onto each solved epoch's held groups
     (``alloc.tail.route_tail_commit``, with ``tokens`` the classes' prompt lengths); a class without
-    room is returned, and the caller solves again with it as ordinary demand."""
-    m = build_model(ctx)
-    res = solve_model(m, ctx.options)
+    room is returned, and the caller solves again with it as ordinary demand. With ``compiled`` (a
+    rolling plan's compiled windows) the window is re-solved from the compiled model of its
+    structure where it can be (the same arrays as a fresh build), else built."""
+    res = compiled.solve(ctx, ctx.options) if compiled is not None else None
+    m = None
+    if res is None:
+        m = build_model(ctx)
+        res = solve_model(m, ctx.options)
     info = res.info()
     if res.status == "no_incumbent":
         raise TimeLimitError(
@@ -159,7 +172,7 @@ def solve_window(
         prev = n
         planned = {b: ctx.demand.get((b, t), 0.0) + tail_t.get(b, 0.0) for b in ctx.buckets}
         rows: tuple[dict[str, Any], ...] = ()
-        if t in realise:
+        if t in realise and m is not None:
             rows = tuple(epoch_placement_rows(ctx, t, window_placements(m, ctx, t, n), x, routes))
         out[t] = EpochCommit(t, n, x, s, planned, res.status, {}, rows, routes)
     return out, info, left
@@ -172,20 +185,22 @@ def solve_with_tail(
     commit: Iterable[int],
     tail_rate_rps: float | None,
     tokens: dict[str, float],
+    compiled: CompiledWindows | None = None,
 ) -> tuple[WindowContext, dict[int, EpochCommit], dict[str, Any]]:
     """A window solved under the tail rule (``formulations/horizon.md``, "Tail classes"): the
     classes below ``tail_rate_rps`` get no demand in the model in any epoch of the window
     (``alloc.tail.split_tail``) and are routed onto the held groups of the epochs of ``commit``
     (the window's later epochs are solved again before they are committed); the classes that find
     no room are planned as ordinary classes in a new solve (each pass adds at least one, as
-    ``alloc.tail.plan_with_tail``). ``build`` makes the window's context for a demand."""
+    ``alloc.tail.plan_with_tail``). ``build`` makes the window's context for a demand;
+    ``compiled`` as in :func:`solve_window`."""
     commit = sorted(set(commit))
     own: set[str] = set()
     while True:
         model_dem, tail = split_tail({k: r for k, r in demand.items() if k[0] not in own}, epochs, tail_rate_rps)
         ctx = build({**demand, **model_dem})
         routed = {t: tail[t] for t in commit if t in tail}
-        plans, info, left = solve_window(ctx, place=commit, tail=routed, tokens=tokens)
+        plans, info, left = solve_window(ctx, place=commit, tail=routed, tokens=tokens, compiled=compiled)
         if not left:
             return ctx, plans, info
         own |= left
@@ -270,9 +285,11 @@ def plan_rolling(
     commits: list[EpochCommit] = []
     seconds = 0.0
     ctx = None
+    compiled = CompiledWindows()
+    actual = actual_demand(coeffs)
     for i, t in enumerate(epochs):
         win = epochs[i : i + h]
-        dem = forecast_window(coeffs, fc_method, t, win)
+        dem = forecast_window(coeffs, fc_method, t, win, actual)
         ctx, plans, info = solve_with_tail(
             lambda d, win=win, state=state: build_window(
                 coeffs, opts.start_budget("per-window"), params, win, d, inv, state, prep
@@ -282,6 +299,7 @@ def plan_rolling(
             [t],
             lim,
             tokens,
+            compiled,
         )
         c = replace(plans[t], info=info)
         seconds += info["solve_seconds"]

@@ -107,12 +107,26 @@ def _record(monkeypatch, module) -> list[tuple[float | None, float | None]]:
     return seen
 
 
+def _record_forms(monkeypatch, seen: list[tuple[float | None, float | None]]) -> None:
+    """Also the windows a rolling plan re-solves from a compiled model (``horizon.persistent``)."""
+    import neuscale_opt.horizon.persistent as persistent
+
+    real = persistent.solve_form
+
+    def spy(form, options):
+        seen.append((options.deadline, options.solve_time_limit()))
+        return real(form, options)
+
+    monkeypatch.setattr(persistent, "solve_form", spy)
+
+
 @pytest.mark.parametrize("scope", ["per-solve", "per-window", "total"])
 def test_rolling_planner_honours_the_scope(monkeypatch, scope):
     import neuscale_opt.horizon.rolling as rolling
     from neuscale_opt.horizon import HorizonParams, plan_rolling
 
     seen = _record(monkeypatch, rolling)
+    _record_forms(monkeypatch, seen)
     opts = PlanOptions(objective="energy", time_limit_s=50.0, time_limit_scope=scope)
     sol = plan_rolling(_coeffs(4), opts.start_budget("total"), HorizonParams(), "oracle", window=2)
     assert sol.has_plan and len(seen) == 4  # one solve per window
