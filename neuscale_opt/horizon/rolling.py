@@ -186,24 +186,38 @@ def solve_with_tail(
     tail_rate_rps: float | None,
     tokens: dict[str, float],
     compiled: CompiledWindows | None = None,
-) -> tuple[WindowContext, dict[int, EpochCommit], dict[str, Any]]:
+    ordinary: Iterable[str] = (),
+) -> tuple[WindowContext, dict[int, EpochCommit], dict[str, Any], set[str]]:
     """A window solved under the tail rule (``formulations/horizon.md``, "Tail classes"): the
     classes below ``tail_rate_rps`` get no demand in the model in any epoch of the window
     (``alloc.tail.split_tail``) and are routed onto the held groups of the epochs of ``commit``
     (the window's later epochs are solved again before they are committed); the classes that find
     no room are planned as ordinary classes in a new solve (each pass adds at least one, as
     ``alloc.tail.plan_with_tail``). ``build`` makes the window's context for a demand;
-    ``compiled`` as in :func:`solve_window`."""
+    ``compiled`` as in :func:`solve_window`; the classes of ``ordinary`` are planned as ordinary
+    demand from the first solve (:func:`kept_ordinary`). Returns the window's context, plans and
+    solver info, and the classes planned as ordinary."""
     commit = sorted(set(commit))
-    own: set[str] = set()
+    own = set(ordinary)
     while True:
         model_dem, tail = split_tail({k: r for k, r in demand.items() if k[0] not in own}, epochs, tail_rate_rps)
         ctx = build({**demand, **model_dem})
         routed = {t: tail[t] for t in commit if t in tail}
         plans, info, left = solve_window(ctx, place=commit, tail=routed, tokens=tokens, compiled=compiled)
         if not left:
-            return ctx, plans, info
+            return ctx, plans, info, own
         own |= left
+
+
+def kept_ordinary(commit: EpochCommit, own: set[str], configs: pd.DataFrame) -> set[str]:
+    """The classes of ``own`` (tail classes planned as ordinary demand for want of room) that the
+    committed epoch serves on vPods of their own: the next window plans them as ordinary classes
+    from the start, on the capacity they hold anyway (as the auto-scalers' rule i), instead of
+    trying a route that found no room and solving again."""
+    if not own:
+        return set()
+    bucket = dict(zip(configs["config_id"], configs["bucket"].astype(str), strict=True))
+    return {bucket[k] for k, r in commit.x.items() if r > 0 and k not in commit.routes and bucket[k] in own}
 
 
 def loads_of(commit: EpochCommit, configs: pd.DataFrame) -> dict[str, float]:
@@ -244,7 +258,7 @@ def plan_full(
     epochs = coeffs.epochs
     dem = actual_demand(coeffs) if demand is None else demand
     inv = instance_inventory(coeffs) if inventory is None else inventory
-    ctx, plans, info = solve_with_tail(
+    ctx, plans, info, _own = solve_with_tail(
         lambda d: build_window(coeffs, opts, params, epochs, d, inv),
         dem,
         list(epochs),
@@ -287,10 +301,11 @@ def plan_rolling(
     ctx = None
     compiled = CompiledWindows()
     actual = actual_demand(coeffs)
+    ordinary: set[str] = set()
     for i, t in enumerate(epochs):
         win = epochs[i : i + h]
         dem = forecast_window(coeffs, fc_method, t, win, actual)
-        ctx, plans, info = solve_with_tail(
+        ctx, plans, info, own = solve_with_tail(
             lambda d, win=win, state=state: build_window(
                 coeffs, opts.start_budget("per-window"), params, win, d, inv, state, prep
             ),
@@ -300,8 +315,10 @@ def plan_rolling(
             lim,
             tokens,
             compiled,
+            ordinary,
         )
         c = replace(plans[t], info=info)
+        ordinary = kept_ordinary(c, own, ctx.configs)
         seconds += info["solve_seconds"]
         commits.append(c)
         state = next_state(state, c, ctx.configs, inv, keep)

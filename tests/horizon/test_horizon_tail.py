@@ -168,3 +168,21 @@ def test_rolling_milp_plans_a_tail_class_without_room(big, tiny_type):
     assert {t: rows[(t, "tiny")][0] for t in big} == tiny_type
     assert sol.unserved.empty
     assert evaluate_schedule(sol, c, HorizonParams()).feasible
+
+
+def test_a_class_on_vpods_of_its_own_stays_ordinary():
+    """``kept_ordinary``: a tail class planned as ordinary (no room) and served on its own vPods in
+    the committed epoch is planned as ordinary in the next window; routed, or not in ``own``, not."""
+    import pandas as pd
+
+    from neuscale_opt.horizon.rolling import EpochCommit, kept_ordinary
+
+    configs = pd.DataFrame({"config_id": ["v|big", "v|tiny", "w|tiny"], "bucket": ["big", "tiny", "tiny"]})
+
+    def commit(x, routes=None):
+        return EpochCommit(0, {"v|big": 1, "w|tiny": 1}, x, {}, {}, "optimal", {}, (), routes or {})
+
+    assert kept_ordinary(commit({"v|big": 9.0, "w|tiny": 0.1}), {"tiny"}, configs) == {"tiny"}
+    assert kept_ordinary(commit({"v|big": 9.0, "v|tiny": 0.1}, {"v|tiny": "v|big"}), {"tiny"}, configs) == set()
+    assert kept_ordinary(commit({"v|big": 9.0, "w|tiny": 0.1}), set(), configs) == set()
+    assert kept_ordinary(commit({"v|big": 9.0}), {"tiny"}, configs) == set()
