@@ -52,7 +52,7 @@ from neuscale_opt.alloc.placement import pod_order
 from neuscale_opt.alloc.solution import Solution
 from neuscale_opt.alloc.tail import nearest_first, prompt_tokens, tail_rate
 from neuscale_opt.coefficients import Coefficients
-from neuscale_opt.horizon.context import horizon_options, inventory_dropped
+from neuscale_opt.horizon.context import horizon_options, inventory_dropped, serving_capacity
 from neuscale_opt.horizon.params import FLOOR_EPS, HorizonParams
 from neuscale_opt.horizon.placement import view_placement_rows
 from neuscale_opt.horizon.rolling import EpochCommit, actual_demand, assemble, instance_inventory
@@ -66,11 +66,6 @@ def reactive_need(demand: dict[tuple[str, int], float], buckets: list[str], t: i
     """R_b(t) = max(d_{b,t-W} .. d_{b,t-1}) (epoch 0: d_{b,0})."""
     span = [0] if t == 0 else list(range(max(0, t - w), t))
     return {b: max(demand.get((b, tau), 0.0) for tau in span) for b in buckets}
-
-
-def _capacity(n: int, prev: int, delta: float) -> float:
-    """vPods' worth of serving capacity of n vPods when prev existed before: n - delta max(n - prev, 0)."""
-    return n - delta * max(n - prev, 0)
 
 
 def _count_for(load: float, prev: int, delta: float) -> int:
@@ -107,7 +102,7 @@ class _Epoch:
 
     def room(self, g: str) -> float:
         """Spare capacity of group g (vPods' worth)."""
-        return _capacity(self.n.get(g, 0), self.n_prev.get(g, 0), self.delta) - self.load.get(g, 0.0)
+        return serving_capacity(self.n.get(g, 0), self.n_prev.get(g, 0), self.delta) - self.load.get(g, 0.0)
 
     def put(self, k: Any, g: str, r_left: float) -> float:
         """Serve as much of r_left (req/s) as fits with configuration k on group g; the rate taken."""

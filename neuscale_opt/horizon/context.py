@@ -117,6 +117,12 @@ def inventory_dropped(inventory: dict[tuple[str, int], float], chip: str, tau: i
     return False
 
 
+def serving_capacity(n: float, prev: float, delta: float) -> float:
+    """vPods' worth of serving capacity of n vPods when prev existed before (the right side of
+    ``vpod_capacity``): n - delta max(n - prev, 0), the vPods created serving 1 - delta of the epoch."""
+    return n - delta * max(n - prev, 0)
+
+
 def horizon_options(options: PlanOptions) -> PlanOptions:
     """The options of the horizon model: unserved demand is always allowed (priced by the penalty),
     because the coupling may keep a plan from reaching a sudden peak in time."""

@@ -36,7 +36,7 @@ from neuscale_opt.alloc.solve import solve_model
 from neuscale_opt.alloc.tail import prompt_tokens, route_tail_commit, split_tail, tail_rate
 from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.errors import TimeLimitError
-from neuscale_opt.horizon.context import State, WindowContext, build_window, horizon_options
+from neuscale_opt.horizon.context import State, WindowContext, build_window, horizon_options, serving_capacity
 from neuscale_opt.horizon.evaluate import evaluate_schedule
 from neuscale_opt.horizon.model import add_held_if_used, build_model
 from neuscale_opt.horizon.params import HorizonParams, inventory_schedule
@@ -166,7 +166,7 @@ def solve_window(
         tail_t = (tail or {}).get(t, {})
         routes: dict[str, str] = {}
         if tail_t:  # room = vpod_capacity's right side: vPods created at t serve 1 - delta of it
-            cap = {g: c - ctx.delta * max(c - prev.get(g, 0), 0) if prev is not None else c for g, c in n.items()}
+            cap = {g: serving_capacity(c, prev.get(g, 0), ctx.delta) if prev is not None else c for g, c in n.items()}
             x, routes, short = route_tail_commit(cap, x, tail_t, ctx.configs, tokens or {})
             left |= short
         prev = n
