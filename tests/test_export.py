@@ -101,10 +101,29 @@ def export(tmp: Path, plan_path: Path, *extra: str, fmt: str = "gke", name: str 
     return out
 
 
+INSTANCES = Path(__file__).resolve().parents[1] / "instances"
+
+
+def replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
 @pytest.fixture(scope="module")
 def default_plan(tmp_path_factory) -> Path:
-    p = tmp_path_factory.mktemp("default") / "plan.json"
-    assert main(["plan", "--json", str(p), "--quiet"]) == 0
+    """The default instance (its fleet, trace and rules) planned over its first 4 epochs with 2-epoch
+    windows: a schedule with creations, single- and multi-host slices, in seconds instead of the
+    12-epoch plan's minute and more."""
+    d = tmp_path_factory.mktemp("default")
+    text = (INSTANCES / "default.toml").read_text(encoding="utf-8")
+    text = replace_once(text, "\nhorizon = 12\n", "\nhorizon = 4\n")
+    text = replace_once(text, "\nwindow = 6\n", "\nwindow = 2\n")
+    text = replace_once(
+        text, '"data/azure_llm_2023_conv.csv"', json.dumps(str(INSTANCES / "data" / "azure_llm_2023_conv.csv"))
+    )
+    (d / "default4.toml").write_text(text, encoding="utf-8")
+    p = d / "plan.json"
+    assert main(["plan", str(d / "default4.toml"), "--json", str(p), "--quiet"]) == 0
     return p
 
 
@@ -232,7 +251,7 @@ def test_output_is_deterministic_and_replaces_an_earlier_export(default_plan, tm
     files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
     assert files_a == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
     assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files_a)
-    # a one-epoch plan exported over the 12-epoch export leaves no stale epoch directory behind
+    # a one-epoch plan exported over the 4-epoch export leaves no stale epoch directory behind
     d = json.loads(default_plan.read_text())
     d["allocations"] = [r for r in d["allocations"] if r["epoch"] == 0]
     d["epochs"] = [e for e in d["epochs"] if e["epoch"] == 0]
