@@ -534,8 +534,12 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[st
     """
     if cfg.empty:
         return cfg
-    grp = cfg["group"].astype(str).to_numpy()
-    bkt = cfg["bucket"].astype(str).to_numpy()
+
+    def text(name: str) -> np.ndarray:  # the column's values as strings (numpy object array)
+        return np.array([str(v) for v in cfg[name].tolist()], dtype=object)
+
+    grp = text("group")
+    bkt = text("bucket")
     g_names, g_idx = np.unique(grp, return_inverse=True)
     b_names, b_idx = np.unique(bkt, return_inverse=True)
     # g' must serve every class g serves: when each group serves one class (the dedicated variant),
@@ -544,7 +548,7 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[st
     pairs = np.unique(g_idx * len(b_names) + b_idx)
     one_class = bool((np.bincount(pairs // len(b_names), minlength=len(g_names)) == 1).all())
     part_code = np.zeros(len(cfg), dtype=np.int64)
-    for col in (cfg["chip"].astype(str).to_numpy(), cfg["phase"].astype(str).to_numpy(), *([bkt] if one_class else [])):
+    for col in (text("chip"), text("phase"), *([bkt] if one_class else [])):
         u, inv = np.unique(col, return_inverse=True)
         part_code = part_code * len(u) + inv
     cap_all = cfg["cap_rps"].to_numpy(dtype=float)

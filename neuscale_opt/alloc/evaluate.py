@@ -283,11 +283,8 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
             }
         )
     epoch_cols = ["epoch", "energy_j", "cost_usd", "carbon_kg", "unserved_rps", "tokens"]
-    by_epoch = (
-        pd.DataFrame({c: np.array([r[c] for r in per_epoch]) for c in epoch_cols})
-        if per_epoch
-        else pd.DataFrame(per_epoch, columns=epoch_cols)
-    )
+    epoch_arrays = {c: np.array([r[c] for r in per_epoch]) for c in epoch_cols}
+    by_epoch = pd.DataFrame(epoch_arrays) if per_epoch else pd.DataFrame(per_epoch, columns=epoch_cols)
     peak: dict[str, float] = {}
     for (_e, c), used in zip(ckeys, used_chips.tolist(), strict=True):
         peak[str(c)] = max(peak.get(str(c), -math.inf), used)
@@ -303,7 +300,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         "cost_usd": cost,
         "carbon_kg": total("carbon_kg"),
         "chips_by_version": {c: int(round(v)) for c, v in sorted(peak.items())},
-        "unserved_rps": float(by_epoch["unserved_rps"].max()) if per_epoch else 0.0,
+        "unserved_rps": _peak(epoch_arrays["unserved_rps"]) if per_epoch else 0.0,
         "tokens": tokens_total,
         "tokens_per_j": tokens_total / energy if energy > 0 else math.nan,
         "tokens_per_usd": tokens_total / cost if cost > 0 else math.nan,
@@ -323,6 +320,13 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         by_epoch=by_epoch,
         unplaced=unplaced,
     )
+
+
+def _peak(values: np.ndarray) -> float:
+    """The largest value, NaN skipped (NaN when all are)."""
+    values = np.asarray(values, dtype=float)
+    ok = ~np.isnan(values)
+    return float(values[ok].max()) if ok.any() else math.nan
 
 
 def placed_pods(coeffs: Coefficients) -> dict[str, PodState]:
