@@ -494,7 +494,8 @@ def _epoch_rates(demand: pd.DataFrame, epoch: int) -> dict[str, float]:
     """Class -> total demanded rate of ``epoch`` (req/s, classes by name, positive rates only)."""
     at = demand["epoch"].to_numpy() == epoch
     keys = demand["bucket"].to_numpy(dtype=object)[at].tolist()
-    if len(set(keys)) < len(keys):  # several rows of a class: the table's own grouped sum
+    if len(set(keys)) < len(keys) or not all(isinstance(k, str) for k in keys):
+        # several rows of a class (or a class name that is not text): the table's own grouped sum
         dem = demand[at]
         return {str(b): float(r) for b, r in dem.groupby("bucket")["rate_rps"].sum().items() if r > 0}
     rates = demand["rate_rps"].to_numpy(dtype=float)[at].tolist()
