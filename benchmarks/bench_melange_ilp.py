@@ -42,6 +42,10 @@ Per run (ratios in one run) this code is 1.05-1.48x ahead of CBC at S = 4, 2.5-2
 (0.54-0.81x) and S = 2 (0.72-0.82x). Four more alternating runs each at ``7a2cb91`` (23:55-23:56,
 load 1.2-1.8, every figure slower): ratios 0.58-0.65x (S = 1), 0.64-1.3x (S = 2), 1.06-1.56x
 (S = 4), 2.3-2.6x (S = 8), 8.1-9.9x (10 x 10 x 8, ours 83 ms median against 108 ms before).
+Again at ``9eb37b9``, 00:04-00:05 UTC, in the two alternating runs each before the load passed 1.7:
+ours 21.2-21.5 ms at S = 1 (CBC 14.2-14.5, 0.66-0.68x; before 24.5-25.6 ms), 24.5-25.0 ms at S = 2
+(0.81-0.83x; before 28.5-28.8), 24.8-24.9 ms at S = 4 (1.28x), 23.5 ms at S = 8 (2.5-2.6x) and
+66-67 ms on 10 x 10 x 8 (8.7x; before 69.5 ms, 8.2-8.4x).
 
 Where a 6 x 6 S = 1 call goes (medians of 15 calls, load 1.3-1.5, fresh coefficients): HiGHS
 6-9 ms (a root node without LP iterations: its fixed set-up), the context about 8 ms (this
