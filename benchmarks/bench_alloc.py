@@ -13,24 +13,28 @@ Times are wall-clock medians over ``--repeat`` runs of the whole ``plan`` call (
 build, solve, evaluation), single-threaded HiGHS; section 1 also prints the median CPU time of the
 process per call.
 
-Measured 2026-12-01 on the shared 2-core machine, section 1 only, the previous code (``9a0c415``)
-against this one (recorded model rows handed to HiGHS, garbage collection paused while an epoch's
-model is built and solved, the prepared configuration table kept for a repeated (coefficients,
-options) pair, ``slice_linking`` rows at S >= 2), interleaved in one session. ``--melange-only
---repeat 7``, two rounds each, load average 5.9-6.1: wall medians 0.408 -> 0.330 s (continuous),
-0.275 -> 0.272 s (S = 1), 0.331 -> 0.297 s (S = 4); at that load the wall clock is mostly waiting
-for a core (wall is 4-6x the process's CPU time), so these are upper bounds. In CPU time of the
-process (medians of 21 warm calls per side, three interleaved rounds, load 6.0-8.3), the call went
-from 98 to 71 ms (continuous), 78 to 50 ms (S = 1), 76 to 61 ms (S = 4), 166 to 58 ms (S = 8);
-HiGHS's own run is 10-28 ms of it under that load. The 30 ms target is not shown on this loaded
-machine. Plans, objectives and bounds of the shipped instances are unchanged (hashed before/after).
+History (section 1, 2026-12-01): the recorded-model-rows / paused-GC / prepared-table step took the
+call from 78.7 to 59.5 ms (continuous), 59.3 to 43.4 ms (S = 1) and 54.3 to 50.0 ms (S = 4) at a load
+of 1.5-2.4, HiGHS's own solve 16-29 ms of it.
 
-Again at a load of 1.5-2.4 (wall and CPU then agree), medians of 27 warm calls per side, three
-interleaved rounds: 78.7 -> 59.5 ms (continuous), 59.3 -> 43.4 ms (S = 1), 54.3 -> 50.0 ms (S = 4),
-117 -> 50 ms (S = 8), 10 x 10 buckets x 8 types at S = 8 615 -> 128 ms. A single ``--melange-only
---repeat 9`` run at load 2.4 printed 68 / 51 / 53 ms (HiGHS's solve 29 / 16 / 21 ms of it). Still
-above the 30 ms target: what is left is HiGHS (16-29 ms) and the pandas work of the context, the
-plan rows and the evaluation (the next step: an epoch context without pandas).
+Measured 2026-12-01 23:43-23:50 UTC, section 1 only (``--melange-only --repeat 9``), the previous
+code (``768a1dd``) and this one (``83f3ebf``: epoch context, dominance presolve, evaluation and plan
+rows with fewer pandas steps; same models and HiGHS options, plans hashed identical) run
+alternately, six runs each, shared 2-core machine at a load average of 0.8-1.5 (wall = CPU time:
+the figures move with the other jobs' load, not with waiting for a core). Median over the runs of
+the median wall: continuous 42.6 -> 39.9 ms, S = 1 28.9 -> 22.7 ms, S = 4 35.1 -> 24.2 ms; HiGHS's
+own solve in this code's runs 18.9 / 9.3 / 11.2 ms. The 30 ms target: met at S = 1 and 4 at this
+load; on the continuous rates only in the quietest runs (24.7 and 27.3 ms), where HiGHS alone takes
+13-25 ms of the call. The part of the call outside HiGHS (wall minus the solver's time, six alternating runs
+each, load 1.0-1.6): continuous 22.7 -> 14.1 ms, S = 1 20.9 -> 11.6 ms, S = 4 21.7 -> 12.0 ms (with
+fresh coefficients every call, so ``prepare`` runs each time: 33.8 -> 17.1, 30.7 -> 16.2, 31.3 ->
+16.4 ms; 10 x 10 x 8 at S = 8 43.3 -> 33.6 ms). Four more alternating runs at ``7a2cb91`` while the
+load had risen to 1.7-1.9 (everything slower): 51.9 -> 50.2, 36.9 -> 34.1 and 45.1 -> 42.8 ms.
+Part of these gaps is the machine: HiGHS's own run, on byte-identical input, also came out shorter
+in some of this code's runs. A per-phase timing where it did not (fresh coefficients, S = 2, two
+alternating runs each, load 1.2-1.4) puts the gain at 40.9 -> 35.7 ms a call: ``prepare`` 8.9 ->
+6.2 ms, the epoch context 3.3 -> 2.0 ms, assembly with the evaluation 10.2 -> 8.6 ms, the Pyomo
+model (4.2 ms), its rows (1.6 ms) and HiGHS (10.3 ms) unchanged.
 """
 
 from __future__ import annotations

@@ -26,25 +26,35 @@ ours is never slower, at least 10x faster wherever CBC takes more than 1 s, and 
 or better (lower). Times are medians over ``--repeat`` interleaved runs in one process (ratios in
 one run); runs that hit CBC's time limit are not repeated.
 
-Measured 2026-12-01, the previous code (``9a0c415``) and this one (``slice_linking`` rows at
-S >= 2, recorded model rows handed to HiGHS, garbage collection paused while an epoch's model is
-built and solved) run alternately, two runs each (``--repeat 3``), shared 2-core machine at a load
-average of 5.1-5.9 with other test suites running (every figure an upper bound). Both reproduce the
-published 6.70 USD/h; equal optima everywhere (7.34 USD/h on 6 x 6, 7.516 on 10 x 10). Median wall
-s, ours before -> after (CBC in the same runs): S = 1 0.331 -> 0.329 (0.131), S = 2 0.348 -> 0.351
-(0.180), S = 4 0.295 -> 0.323 (0.274), S = 8 0.665 -> 0.368 (0.583), 10 x 10 x 8 S = 8 3.49 ->
-0.727 (5.24): 1.6x faster than CBC at S = 8, 7.2x on 10 x 10 x 8 (the 10x is not reached at this
-load), still 1.2-2.5x slower at S = 1-4, where the wall clock of a call is mostly waiting for a
-core (its CPU time is a fifth to a quarter of it, see ``bench_alloc.py``).
+History: the previous step (recorded model rows, paused GC, ``slice_linking`` rows; measured at a
+load of 1.3-1.9) had ours at 49 / 77 / 80 / 104 ms at S = 1 / 2 / 4 / 8 and 208 ms on 10 x 10 x 8
+(CBC 24 / 37 / 88 / 192 / 1190 ms): 5.7x on 10 x 10 x 8, 2x slower at S = 1 and 2.
 
-The same alternation again when the load had dropped to 1.3-1.9 (closer to quiet): ours before ->
-after (CBC in the same runs), median wall s: S = 1 0.074 -> 0.049 (0.024), S = 2 0.069 -> 0.077
-(0.037), S = 4 0.065 -> 0.080 (0.088), S = 8 0.169 -> 0.104 (0.192), 10 x 10 x 8 S = 8 0.838 ->
-0.208 (1.19). Ahead of CBC at S = 4 (1.1x) and S = 8 (1.8x), 5.7x on 10 x 10 x 8 (target 10x: missed),
-2x slower at S = 1 and 2. At S = 2 and 4 the ``slice_linking`` rows cost HiGHS a few ms on this small
-configuration (more rows, the root already tight) and this run has them slower than before; they
-pay from S = 8 and on the larger configuration. This benchmark builds fresh coefficients for every
-call, so the prepared-table reuse of ``context.prepare`` does not apply here.
+Measured 2026-12-01 23:44-23:50 UTC, the previous code (``768a1dd``) and this one (``83f3ebf``:
+epoch context, dominance presolve, evaluation and plan rows with fewer pandas steps; same models,
+same HiGHS options) run alternately, six runs each (``--repeat 5``), shared 2-core machine at a load
+average of 0.6-1.5 (other jobs running). Both reproduce the published 6.70 USD/h; equal optima
+everywhere (7.34 USD/h on 6 x 6, 7.516 on 10 x 10). Median over the runs of the median wall ms,
+ours before -> after (CBC in the runs of this code): S = 1 29.9 -> 27.9 (18.5), S = 2 43.4 -> 32.1
+(24.2), S = 4 50.5 -> 37.2 (40.7), S = 8 40.5 -> 27.3 (68.6), 10 x 10 x 8 S = 8 93.7 -> 83.3 (741).
+Per run (ratios in one run) this code is 1.05-1.48x ahead of CBC at S = 4, 2.5-2.6x at S = 8 and
+8.0-9.7x on 10 x 10 x 8 (median 8.7x: the 10x target is missed), and still behind at S = 1
+(0.54-0.81x) and S = 2 (0.72-0.82x). Four more alternating runs each at ``7a2cb91`` (23:55-23:56,
+load 1.2-1.8, every figure slower): ratios 0.58-0.65x (S = 1), 0.64-1.3x (S = 2), 1.06-1.56x
+(S = 4), 2.3-2.6x (S = 8), 8.1-9.9x (10 x 10 x 8, ours 83 ms median against 108 ms before).
+Again at ``9eb37b9``, 00:04-00:05 UTC, in the two alternating runs each before the load passed 1.7:
+ours 21.2-21.5 ms at S = 1 (CBC 14.2-14.5, 0.66-0.68x; before 24.5-25.6 ms), 24.5-25.0 ms at S = 2
+(0.81-0.83x; before 28.5-28.8), 24.8-24.9 ms at S = 4 (1.28x), 23.5 ms at S = 8 (2.5-2.6x) and
+66-67 ms on 10 x 10 x 8 (8.7x; before 69.5 ms, 8.2-8.4x).
+
+Where a 6 x 6 S = 1 call goes (medians of 15 calls, load 1.3-1.5, fresh coefficients): HiGHS
+6-9 ms (a root node without LP iterations: its fixed set-up), the context about 8 ms (this
+benchmark builds new coefficients for every call, so the prepared-table reuse of
+``context.prepare`` does not apply), the Pyomo model and its rows about 4.5 ms, the assembly with
+the independent evaluation about 8.5 ms; a whole CBC run is 16-21 ms. HiGHS options were tried on
+these configurations: presolve off is slower; feasibility jump off is faster (e.g. 21 -> 13 ms on the
+continuous 6 x 6) but changes the returned plan among equal-cost optima on shipped instances, so it
+is not used.
 """
 
 from __future__ import annotations

@@ -151,18 +151,25 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
     return take_rows(cfg, order, {c: v[order] for c, v in derived.items()})
 
 
-def take_rows(df: pd.DataFrame, rows: np.ndarray, extra: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+def take_rows(
+    df: pd.DataFrame,
+    rows: np.ndarray,
+    extra: dict[str, np.ndarray] | None = None,
+    columns: list[str] | None = None,
+) -> pd.DataFrame:
     """Rows ``rows`` of ``df`` (positions, a fresh 0..n-1 index) with the ``extra`` columns added
-    (replacing same-named ones in place), built as one frame; text columns become numpy object
+    (replacing same-named ones in place), built as one frame, of the ``columns`` only (in that
+    order) when given; text columns become numpy object
     columns (the same strings): the planner's working tables are filtered and indexed many times
     per plan, several times faster on object columns than on pandas 3's Arrow-backed strings."""
     cols: dict[str, object] = {}
-    for c, t in df.dtypes.items():
-        col = df[c]
+    items = df.items() if columns is None else ((c, df[c]) for c in columns)
+    for c, col in items:  # one pass over the columns
+        t = col.dtype
         if isinstance(t, np.dtype):
             cols[c] = col.to_numpy()[rows]
         elif pd.api.types.is_string_dtype(t):
-            cols[c] = col.array.take(rows).to_numpy(dtype=object)
+            cols[c] = col.to_numpy(dtype=object)[rows]
         else:
             cols[c] = col.array.take(rows)
     cols.update(extra or {})
@@ -187,21 +194,22 @@ def objective_coefficients(cfg: pd.DataFrame, coeffs: Coefficients, objective: s
     formulation, :func:`neuscale_opt.energy.expected_energy_j_per_planned_req`) at the design load
     ``phi_b c_k``."""
     busy, marginal = expected_energy_j_per_planned_req(cfg, coeffs.buckets, cfg["cap_rps"], cfg["dcn_j_per_req"])
-    dyn = pd.Series(busy + marginal, index=cfg.index)
+    dyn = np.asarray(busy + marginal, dtype=float)
 
-    def col(name: str) -> pd.Series:  # NaN read as 0
-        v = np.nan_to_num(cfg[name].to_numpy(dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
+    def col(name: str) -> np.ndarray:  # NaN read as 0
+        return np.nan_to_num(cfg[name].to_numpy(dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
+
+    def series(v: np.ndarray) -> pd.Series:
         return pd.Series(v, index=cfg.index)
 
-    static_j = col("static_power_w") * epoch_s
-    price = col("price_usd_per_hour") * epoch_s / 3600.0
-    emb = col("embodied_kg_per_hour") * epoch_s / 3600.0
     kg_per_j = coeffs.carbon_kg_per_kwh / J_PER_KWH
     if objective == "energy":
-        return coeffs.pue * dyn, coeffs.pue * static_j
+        return series(coeffs.pue * dyn), series(coeffs.pue * (col("static_power_w") * epoch_s))
     if objective == "cost":
-        return 0.0 * dyn, price
-    return coeffs.pue * dyn * kg_per_j, coeffs.pue * static_j * kg_per_j + emb
+        return series(0.0 * dyn), series(col("price_usd_per_hour") * epoch_s / 3600.0)
+    static_j = col("static_power_w") * epoch_s
+    emb = col("embodied_kg_per_hour") * epoch_s / 3600.0
+    return series(coeffs.pue * dyn * kg_per_j), series(coeffs.pue * static_j * kg_per_j + emb)
 
 
 def default_penalty(coeffs: Coefficients, options: PlanOptions) -> float:
@@ -297,7 +305,10 @@ def shared_groups(cfg: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
     # a vPod type none of whose classes has an SLO target shares whole: every check of rule SH1-SH3
     # needs a target (profiled tables, e.g. Mélange's, have none)
     targets = [c for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s") if c in buckets]
-    per_class = dict(zip(names, np.isnan(buckets[targets].to_numpy(dtype=float)).all(axis=1).tolist(), strict=True))
+    no_target = np.ones(len(names), dtype=bool)
+    for c in targets:
+        no_target &= np.isnan(buckets[c].to_numpy(dtype=float))
+    per_class = dict(zip(names, no_target.tolist(), strict=True))
     free = {v: True for v in vtype}
     for v, c in zip(vtype, classes, strict=True):
         if free[v] and not per_class.get(c, True):
@@ -452,8 +463,7 @@ def build_context(
     :func:`prepare` with the same options) to share the epoch-independent work across epochs."""
     if prepared is None or prepared.options != options:
         prepared = prepare(coeffs, options)
-    dem = coeffs.demand[coeffs.demand["epoch"] == epoch]
-    bucket_rate = {str(b): float(r) for b, r in dem.groupby("bucket")["rate_rps"].sum().items() if r > 0}
+    bucket_rate = _epoch_rates(coeffs.demand, epoch)
     cfg = prepared.configs
     demanded = cfg["bucket"].isin(bucket_rate).to_numpy()
     if not demanded.all():  # else every row is demanded: the prepared table itself (never modified)
@@ -478,6 +488,18 @@ def build_context(
             zip(coeffs.buckets["bucket"].astype(str), coeffs.buckets["input_tokens"].astype(float), strict=True)
         ),
     )
+
+
+def _epoch_rates(demand: pd.DataFrame, epoch: int) -> dict[str, float]:
+    """Class -> total demanded rate of ``epoch`` (req/s, classes by name, positive rates only)."""
+    at = demand["epoch"].to_numpy() == epoch
+    keys = demand["bucket"].to_numpy(dtype=object)[at].tolist()
+    if len(set(keys)) < len(keys) or not all(isinstance(k, str) for k in keys):
+        # several rows of a class (or a class name that is not text): the table's own grouped sum
+        dem = demand[at]
+        return {str(b): float(r) for b, r in dem.groupby("bucket")["rate_rps"].sum().items() if r > 0}
+    rates = demand["rate_rps"].to_numpy(dtype=float)[at].tolist()
+    return {str(b): r for b, r in sorted(zip(keys, rates, strict=True)) if r > 0}
 
 
 def restrict_classes(ctx: EpochContext, keep: set[str]) -> EpochContext:
@@ -513,8 +535,12 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[st
     """
     if cfg.empty:
         return cfg
-    grp = cfg["group"].astype(str).to_numpy()
-    bkt = cfg["bucket"].astype(str).to_numpy()
+
+    def text(name: str) -> np.ndarray:  # the column's values as strings (numpy object array)
+        return np.array([str(v) for v in cfg[name].tolist()], dtype=object)
+
+    grp = text("group")
+    bkt = text("bucket")
     g_names, g_idx = np.unique(grp, return_inverse=True)
     b_names, b_idx = np.unique(bkt, return_inverse=True)
     # g' must serve every class g serves: when each group serves one class (the dedicated variant),
@@ -523,7 +549,7 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[st
     pairs = np.unique(g_idx * len(b_names) + b_idx)
     one_class = bool((np.bincount(pairs // len(b_names), minlength=len(g_names)) == 1).all())
     part_code = np.zeros(len(cfg), dtype=np.int64)
-    for col in (cfg["chip"].astype(str).to_numpy(), cfg["phase"].astype(str).to_numpy(), *([bkt] if one_class else [])):
+    for col in (text("chip"), text("phase"), *([bkt] if one_class else [])):
         u, inv = np.unique(col, return_inverse=True)
         part_code = part_code * len(u) + inv
     cap_all = cfg["cap_rps"].to_numpy(dtype=float)
@@ -610,7 +636,7 @@ def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
                 "for the pooled variant)",
                 where="coefficients.configs",
             )
-    return cfg.iloc[first, [cfg.columns.get_loc(c) for c in cols]].reset_index(drop=True)
+    return take_rows(cfg, first, columns=cols)
 
 
 def servable_table(ctx: EpochContext) -> dict[tuple[str, str], dict[str, float]]:

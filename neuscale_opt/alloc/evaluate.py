@@ -105,7 +105,13 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     ref.attrs = {}
     ids = ref["config_id"].tolist()
     for col in ("bucket", "phase", "chip", "shape", "chips_per_vpod", "vpod_type"):
-        for cid, a, b in zip(ids, _strs(rows[col]), _strs(ref[col]), strict=True):
+        a, b = rows[col].array, ref[col].array
+        if a.dtype == b.dtype and a.equals(b):  # equal values of one type: equal as text too
+            continue
+        mine, theirs = _strs(rows[col]), _strs(ref[col])
+        if mine == theirs:  # no row to name
+            continue
+        for cid, a, b in zip(ids, mine, theirs, strict=True):
             if a != b:
                 violations.append(f"row {cid!r}: column {col} disagrees with the coefficient table")
     ref_phase = _strs(ref["phase"])
@@ -235,7 +241,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     tok_per_req = dict(
         zip(
             _strs(tokens["bucket"]),
-            (tokens["input_tokens"].astype(float) + tokens["output_tokens"].astype(float)).tolist(),
+            (tokens["input_tokens"].to_numpy(dtype=float) + tokens["output_tokens"].to_numpy(dtype=float)).tolist(),
             strict=True,
         )
     )
@@ -280,11 +286,8 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
             }
         )
     epoch_cols = ["epoch", "energy_j", "cost_usd", "carbon_kg", "unserved_rps", "tokens"]
-    by_epoch = (
-        pd.DataFrame({c: np.array([r[c] for r in per_epoch]) for c in epoch_cols})
-        if per_epoch
-        else pd.DataFrame(per_epoch, columns=epoch_cols)
-    )
+    epoch_arrays = {c: np.array([r[c] for r in per_epoch]) for c in epoch_cols}
+    by_epoch = pd.DataFrame(epoch_arrays) if per_epoch else pd.DataFrame(per_epoch, columns=epoch_cols)
     peak: dict[str, float] = {}
     for (_e, c), used in zip(ckeys, used_chips.tolist(), strict=True):
         peak[str(c)] = max(peak.get(str(c), -math.inf), used)
@@ -300,7 +303,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         "cost_usd": cost,
         "carbon_kg": total("carbon_kg"),
         "chips_by_version": {c: int(round(v)) for c, v in sorted(peak.items())},
-        "unserved_rps": float(by_epoch["unserved_rps"].max()) if per_epoch else 0.0,
+        "unserved_rps": _peak(epoch_arrays["unserved_rps"]) if per_epoch else 0.0,
         "tokens": tokens_total,
         "tokens_per_j": tokens_total / energy if energy > 0 else math.nan,
         "tokens_per_usd": tokens_total / cost if cost > 0 else math.nan,
@@ -320,6 +323,13 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         by_epoch=by_epoch,
         unplaced=unplaced,
     )
+
+
+def _peak(values: np.ndarray) -> float:
+    """The largest value, NaN skipped (NaN when all are)."""
+    values = np.asarray(values, dtype=float)
+    ok = ~np.isnan(values)
+    return float(values[ok].max()) if ok.any() else math.nan
 
 
 def placed_pods(coeffs: Coefficients) -> dict[str, PodState]:

@@ -35,6 +35,7 @@ from neuscale_opt.alloc.solution import (
     ALLOC_COLUMNS,
     Solution,
     empty_allocations,
+    empty_unserved,
     tidy_allocations,
     tidy_placements,
     tidy_unserved,
@@ -121,7 +122,9 @@ def _assemble(
     alloc = empty_allocations()
     if rows:
         alloc = tidy_allocations(pd.DataFrame({c: [r[c] for r in rows] for c in ALLOC_COLUMNS}))
-    unserved = tidy_unserved(pd.DataFrame(uns, columns=["epoch", "bucket", "unserved_rps"]))
+    unserved = empty_unserved()
+    if uns:
+        unserved = tidy_unserved(pd.DataFrame(uns, columns=["epoch", "bucket", "unserved_rps"]))
     seconds = float(sum(e.get("solve_seconds", 0.0) for e in epochs))
     draft = Solution(
         method=method,

@@ -236,7 +236,7 @@ def tidy_allocations(df: pd.DataFrame) -> pd.DataFrame:
     """Columns in contract order, integer counts, stable floats, rows sorted."""
     if df.empty:
         return empty_allocations()
-    out = df[list(ALLOC_COLUMNS)].copy()
+    out = df.copy(deep=False) if tuple(df.columns) == ALLOC_COLUMNS else df[list(ALLOC_COLUMNS)].copy()
     out.attrs = {}
     ints = ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods")
     out = out.assign(

@@ -319,16 +319,18 @@ def recorded_form(m: pyo.ConcreteModel) -> LinearForm | None:
     get = order.get
     for comp in comps:
         for variables, coefs, row_lo, row_hi in families[comp.local_name]:
-            start = len(indices)
-            for v, c in zip(variables, coefs, strict=True):
-                j = get(id(v))
-                if j is None:
-                    j = col(v)
-                if c != 0:
-                    indices.append(j)
-                    data.append(c)
-            if len(indices) == start:
+            js = [get(id(v)) for v in variables]
+            if None in js:  # a variable not met yet: number its whole indexed variable
+                js = [col(v) if j is None else j for v, j in zip(variables, js, strict=True)]
+            if len(js) != len(coefs):
+                raise ValueError("a recorded row has not as many coefficients as variables")
+            if 0 in coefs:  # zeros dropped
+                kept = [(j, c) for j, c in zip(js, coefs, strict=True) if c != 0]
+                js, coefs = [j for j, _c in kept], [c for _j, c in kept]
+            if not js:
                 return None
+            indices.extend(js)
+            data.extend(coefs)
             indptr.append(len(indices))
             lo.append(-math.inf if row_lo is None else row_lo)
             hi.append(math.inf if row_hi is None else row_hi)

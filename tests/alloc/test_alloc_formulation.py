@@ -151,3 +151,30 @@ def test_working_table_rows_keep_every_value():
     assert out["n"].tolist() == [3, 1] and out["n"].dtype == np.int64
     assert out["f"].tolist() == [9.0, 8.0] and out["b"].tolist() == [True, True]
     assert list(out.index) == [0, 1]
+
+
+def test_working_table_rows_of_chosen_columns():
+    import numpy as np
+    import pandas as pd
+
+    from neuscale_opt.alloc.context import take_rows
+
+    df = pd.DataFrame({"k": pd.Series(["x", "y", "z"], dtype="string"), "n": [1, 2, 3], "f": [0.5, 1.5, 2.5]})
+    out = take_rows(df, np.array([1, 2]), columns=["f", "k"])
+    assert list(out.columns) == ["f", "k"]
+    assert out["f"].tolist() == [1.5, 2.5] and out["k"].tolist() == ["y", "z"] and out["k"].dtype == object
+
+
+def test_epoch_rates_add_up_a_class_rows_and_skip_empty_classes():
+    import dataclasses
+
+    import pandas as pd
+
+    c = make_coefficients([vpod("g1", "a", rate=10, name="t1"), vpod("g1", "b", rate=10, name="t1")], {"a": 1.0})
+    rows = [(0, "a", 2.0), (0, "b", 0.0), (1, "b", 5.0), (0, "a", 1.5)]
+    twice = dataclasses.replace(c, demand=pd.DataFrame(rows, columns=["epoch", "bucket", "rate_rps"]))
+    assert build_context(twice, PlanOptions(), 0).bucket_rate == {"a": 3.5}  # 2.0 + 1.5; b has no demand
+    assert build_context(twice, PlanOptions(), 1).bucket_rate == {"b": 5.0}
+    once = dataclasses.replace(c, demand=pd.DataFrame(rows[:3], columns=["epoch", "bucket", "rate_rps"]))
+    ctx = build_context(once, PlanOptions(), 0)
+    assert ctx.bucket_rate == {"a": 2.0} and ctx.demand == {("a", "colocated"): 2.0}
