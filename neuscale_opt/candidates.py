@@ -22,12 +22,12 @@ from neuscale_opt.instance import Instance
 from neuscale_opt.roofline import (
     BOUNDS,
     HwRows,
+    StepCost,
     for_slice,
     hw_rows_for,
     slice_wraps,
     stack_hw,
     step_cost,
-    take_hw,
     tp_group,
     vpod_nodes,
 )
@@ -263,7 +263,13 @@ def _grid_columns(
     batch_sizes: tuple[int, ...],
     phases: tuple[str, ...],
 ) -> _Grid | None:
-    """The columns of :func:`evaluate_grid` with the rows' codes; ``None`` for an empty grid."""
+    """The columns of :func:`evaluate_grid` with the rows' codes; ``None`` for an empty grid.
+
+    The roofline is evaluated on a broadcast grid: kinds on axis 0, classes on axis 1, batch sizes
+    on axis 2 (C order is the rows' order within a phase), so that what depends on fewer axes is
+    computed at its own size. Every column is written once into its place in the table (phase
+    axis first); the batch-1 steps (colocated prefill, the energy model's small-batch end) are the
+    batch-1 column of the same evaluation."""
     nk, nb, nB = len(kinds), len(buckets), len(batch_sizes)
     if nk == 0 or nb == 0:
         return None
@@ -286,202 +292,158 @@ def _grid_columns(
         ],
         counts,
     )
-    # index grid: kind (k) x bucket (b) x batch (B)
-    k_idx = np.repeat(np.arange(nk), nb * nB)
-    b_idx = np.tile(np.repeat(np.arange(nb), nB), nk)
-    B = np.tile(np.asarray(batch_sizes, dtype=float), nk * nb)
-    # kind x bucket grid for batch-1 prefill (colocated TTFT)
-    k1 = np.repeat(np.arange(nk), nb)
-    b1 = np.tile(np.arange(nb), nk)
+    per_kind = (nk, 1, 1)
+    hw = HwRows(**{f: getattr(hw_k, f).reshape(per_kind) for f in HwRows.__dataclass_fields__})
+    tp = kf["tp"].astype(float).reshape(per_kind)
+    pp = kf["pp"].astype(float).reshape(per_kind)
+    ep = kf["ep"].astype(float).reshape(per_kind)
+    nodes = kf["nodes"].reshape(per_kind)
+    dpa = kf["attn_dp"].reshape(per_kind)
+    so = buckets["output_tokens"].to_numpy(dtype=float).reshape(1, nb, 1)
+    si = buckets["input_tokens"].to_numpy(dtype=float).reshape(1, nb, 1)
+    B = np.asarray(batch_sizes, dtype=float).reshape(1, 1, nB)
+    # the batch sizes with batch 1 first when it is not searched
+    with_one = tuple(batch_sizes) if 1 in batch_sizes else (1, *batch_sizes)
+    one = slice(with_one.index(1), with_one.index(1) + 1)
+    searched = slice(None) if 1 in batch_sizes else slice(1, None)
+    B_one = np.asarray(with_one, dtype=float).reshape(1, 1, -1)
 
-    s_in = buckets["input_tokens"].to_numpy(dtype=float)
-    s_out = buckets["output_tokens"].to_numpy(dtype=float)
-    tp = kf["tp"].astype(float)
-    pp = kf["pp"].astype(float)
-    ep = kf["ep"].astype(float)
-    nodes = kf["nodes"]
-    dpa = kf["attn_dp"]
-    hw_g = take_hw(hw_k, k_idx)
+    def cut(sc: StepCost, s: slice) -> StepCost:
+        return StepCost(**{f: getattr(sc, f)[:, :, s] for f in StepCost.__dataclass_fields__})
 
-    frames = []
     want = set(phases)
     if "colocated" in want or "decode" in want:
-        dec = step_cost(
-            model,
-            hw_g,
-            tp[k_idx],
-            pp[k_idx],
-            ep[k_idx],
-            B,
-            1.0,
-            s_in[b_idx] + s_out[b_idx] / 2.0,
-            mem_context=s_in[b_idx] + s_out[b_idx],
-            nodes=nodes[k_idx],
-            attn_dp=dpa[k_idx],
+        dec_all = step_cost(
+            model, hw, tp, pp, ep, B_one, 1.0, si + so / 2.0, mem_context=si + so, nodes=nodes, attn_dp=dpa
         )
-    if "prefill" in want:
-        pre = step_cost(
-            model, hw_g, tp[k_idx], pp[k_idx], ep[k_idx], B, s_in[b_idx], 0.0, nodes=nodes[k_idx], attn_dp=dpa[k_idx]
-        )
-    # expand kind x bucket -> kind x bucket x batch
-    g = k_idx * nb + b_idx
-    if "colocated" in want or "prefill" in want:
-        pre1_small = step_cost(
-            model, take_hw(hw_k, k1), tp[k1], pp[k1], ep[k1], 1.0, s_in[b1], 0.0, nodes=nodes[k1], attn_dp=dpa[k1]
-        )
-    if "colocated" in want or "decode" in want:
         # one sequence per decode step: the load-dependent energy model's small-batch end (E4, E5)
-        dec1 = step_cost(
-            model,
-            take_hw(hw_k, k1),
-            tp[k1],
-            pp[k1],
-            ep[k1],
-            1.0,
-            1.0,
-            s_in[b1] + s_out[b1] / 2.0,
-            mem_context=s_in[b1] + s_out[b1],
-            nodes=nodes[k1],
-            attn_dp=dpa[k1],
-        )
+        dec, dec1 = cut(dec_all, searched), cut(dec_all, one)
+    if "colocated" in want or "prefill" in want:
+        B_pre = B_one if "prefill" in want else np.ones((1, 1, 1))
+        pre_all = step_cost(model, hw, tp, pp, ep, B_pre, si, 0.0, nodes=nodes, attn_dp=dpa)
+        pre1 = cut(pre_all, one if "prefill" in want else slice(0, 1))
+        if "prefill" in want:
+            pre = cut(pre_all, searched)
 
-    chips_g = (tp * pp)[k_idx]
-    so, si = s_out[b_idx], s_in[b_idx]
     base = {
-        "chip": kf["chip"][k_idx],
-        "shape": kf["shape"][k_idx],
-        "chips_per_vpod": kf["chips_per_vpod"][k_idx],
-        "tp": kf["tp"][k_idx],
-        "pp": kf["pp"][k_idx],
-        "ep": kf["ep"][k_idx],
-        "wraparound": kf["wraparound"][k_idx],
+        "chip": kf["chip"].reshape(per_kind),
+        "shape": kf["shape"].reshape(per_kind),
+        "chips_per_vpod": kf["chips_per_vpod"].reshape(per_kind),
+        "tp": kf["tp"].reshape(per_kind),
+        "pp": kf["pp"].reshape(per_kind),
+        "ep": kf["ep"].reshape(per_kind),
+        "wraparound": kf["wraparound"].reshape(per_kind),
         "batch": B.astype(np.int64),
-        "bucket": buckets["bucket"].to_numpy()[b_idx],
+        "bucket": buckets["bucket"].to_numpy().reshape(1, nb, 1),
         "kv_bytes_per_req": si * model.kv_bytes_per_token,
     }
-    nan = np.full(len(B), np.nan)
-
+    frames: dict[str, dict] = {}
     if "colocated" in want:
-        p1_lat = pre1_small.latency_s[g]
-        p1_stage = pre1_small.t_stage_s[g]
+        p1_stage = pre1.t_stage_s
         busy = p1_stage + so * dec.t_stage_s / B  # vPod time per request (pipelined), R12
-        rate = 1.0 / busy
         rho = B * p1_stage / (so * dec.t_stage_s)
         tpot = dec.latency_s * (1.0 + rho)
-        ttft = p1_lat
+        ttft = pre1.latency_s
         dominant_prefill = p1_stage > so * dec.t_stage_s / B
-        frames.append(
-            dict(
-                base,
-                phase=np.full(len(B), "colocated"),
-                ttft_s=ttft,
-                tpot_s=tpot,
-                e2e_s=ttft + so * tpot,
-                latency_s=ttft + so * tpot,
-                max_rate_rps=rate,
-                dyn_energy_j_per_req=pre1_small.energy_dyn_j[g] + so * dec.energy_dyn_j / B,
-                flops=pre1_small.flops[g] + so * dec.flops / B,
-                hbm_bytes=pre1_small.hbm_bytes[g] + so * dec.hbm_bytes / B,
-                ici_bytes=pre1_small.ici_bytes[g] + so * dec.ici_bytes / B,
-                dcn_bytes=pre1_small.dcn_bytes[g] + so * dec.dcn_bytes / B,
-                bound=np.where(dominant_prefill, pre1_small.bound[g], dec.bound),
-                mem_bytes_per_chip=np.maximum(dec.mem_bytes_per_chip, pre1_small.mem_bytes_per_chip[g]),
-                busy_s_per_req=busy,
-                **_energy_columns(
-                    dec1.energy_dyn_j[g],
-                    dec.energy_dyn_j,
-                    dec1.t_stage_s[g],
-                    dec.t_stage_s,
-                    B,
-                    so,
-                    pre1_small.energy_dyn_j[g],
-                    p1_stage,
-                ),
-            )
+        frames["colocated"] = dict(
+            ttft_s=ttft,
+            tpot_s=tpot,
+            e2e_s=ttft + so * tpot,
+            latency_s=ttft + so * tpot,
+            max_rate_rps=1.0 / busy,
+            dyn_energy_j_per_req=pre1.energy_dyn_j + so * dec.energy_dyn_j / B,
+            flops=pre1.flops + so * dec.flops / B,
+            hbm_bytes=pre1.hbm_bytes + so * dec.hbm_bytes / B,
+            ici_bytes=pre1.ici_bytes + so * dec.ici_bytes / B,
+            dcn_bytes=pre1.dcn_bytes + so * dec.dcn_bytes / B,
+            bound=np.where(dominant_prefill, pre1.bound, dec.bound),
+            mem_bytes_per_chip=np.maximum(dec.mem_bytes_per_chip, pre1.mem_bytes_per_chip),
+            busy_s_per_req=busy,
+            **_energy_columns(
+                dec1.energy_dyn_j, dec.energy_dyn_j, dec1.t_stage_s, dec.t_stage_s, B, so, pre1.energy_dyn_j, p1_stage
+            ),
         )
     if "prefill" in want:
-        frames.append(
-            dict(
-                base,
-                phase=np.full(len(B), "prefill"),
-                ttft_s=pre.latency_s,
-                tpot_s=nan,
-                e2e_s=nan,
-                latency_s=pre.latency_s,
-                max_rate_rps=B / pre.t_stage_s,
-                dyn_energy_j_per_req=pre.energy_dyn_j / B,
-                flops=pre.flops / B,
-                hbm_bytes=pre.hbm_bytes / B,
-                ici_bytes=pre.ici_bytes / B,
-                dcn_bytes=pre.dcn_bytes / B,
-                bound=pre.bound,
-                mem_bytes_per_chip=pre.mem_bytes_per_chip,
-                busy_s_per_req=pre.t_stage_s / B,
-                **_energy_columns(
-                    pre1_small.energy_dyn_j[g], pre.energy_dyn_j, pre1_small.t_stage_s[g], pre.t_stage_s, B, 1.0
-                ),
-            )
+        frames["prefill"] = dict(
+            ttft_s=pre.latency_s,
+            tpot_s=np.nan,
+            e2e_s=np.nan,
+            latency_s=pre.latency_s,
+            max_rate_rps=B / pre.t_stage_s,
+            dyn_energy_j_per_req=pre.energy_dyn_j / B,
+            flops=pre.flops / B,
+            hbm_bytes=pre.hbm_bytes / B,
+            ici_bytes=pre.ici_bytes / B,
+            dcn_bytes=pre.dcn_bytes / B,
+            bound=pre.bound,
+            mem_bytes_per_chip=pre.mem_bytes_per_chip,
+            busy_s_per_req=pre.t_stage_s / B,
+            **_energy_columns(pre1.energy_dyn_j, pre.energy_dyn_j, pre1.t_stage_s, pre.t_stage_s, B, 1.0),
         )
     if "decode" in want:
-        frames.append(
-            dict(
-                base,
-                phase=np.full(len(B), "decode"),
-                ttft_s=nan,
-                tpot_s=dec.latency_s,
-                e2e_s=nan,
-                latency_s=dec.latency_s,
-                max_rate_rps=B / (so * dec.t_stage_s),
-                dyn_energy_j_per_req=so * dec.energy_dyn_j / B,
-                flops=so * dec.flops / B,
-                hbm_bytes=so * dec.hbm_bytes / B,
-                ici_bytes=so * dec.ici_bytes / B,
-                dcn_bytes=so * dec.dcn_bytes / B,
-                bound=dec.bound,
-                mem_bytes_per_chip=dec.mem_bytes_per_chip,
-                busy_s_per_req=so * dec.t_stage_s / B,
-                **_energy_columns(dec1.energy_dyn_j[g], dec.energy_dyn_j, dec1.t_stage_s[g], dec.t_stage_s, B, so),
-            )
+        frames["decode"] = dict(
+            ttft_s=np.nan,
+            tpot_s=dec.latency_s,
+            e2e_s=np.nan,
+            latency_s=dec.latency_s,
+            max_rate_rps=B / (so * dec.t_stage_s),
+            dyn_energy_j_per_req=so * dec.energy_dyn_j / B,
+            flops=so * dec.flops / B,
+            hbm_bytes=so * dec.hbm_bytes / B,
+            ici_bytes=so * dec.ici_bytes / B,
+            dcn_bytes=so * dec.dcn_bytes / B,
+            bound=dec.bound,
+            mem_bytes_per_chip=dec.mem_bytes_per_chip,
+            busy_s_per_req=so * dec.t_stage_s / B,
+            **_energy_columns(dec1.energy_dyn_j, dec.energy_dyn_j, dec1.t_stage_s, dec.t_stage_s, B, so),
         )
-    nf = len(frames)
-    cols = {c: np.concatenate([np.asarray(f[c]) for f in frames]) for c in frames[0] if c != "phase"}
-    cols["phase"] = text_column(np.array([f["phase"][0] for f in frames]), np.repeat(np.arange(nf), len(B)))
-    n = len(B)
-    chips_all = np.tile(chips_g, nf).astype(float)
-    hbm_cap = np.tile(np.broadcast_to(hw_g.hbm_cap, (n,)), nf)
-    static_chip = np.tile(np.broadcast_to(hw_g.static_w, (n,)), nf)
-    chip_code = np.tile(kind_chip[k_idx], nf)
-    price = np.array([ctxs[c].price_usd_per_chip_hour for c in chip_order])[chip_code]
-    emb = np.array([ctxs[c].embodied_kg_per_chip_hour for c in chip_order])[chip_code]
-    busy = cols["busy_s_per_req"]
-    cols["memory_ok"] = cols["mem_bytes_per_chip"] <= hbm_cap
-    cols["bound"] = text_column(BOUNDS, cols["bound"])
-    cols["static_power_w"] = chips_all * static_chip
-    cols["price_usd_per_hour"] = chips_all * price
-    cols["embodied_kg_per_hour"] = chips_all * emb
-    cols["energy_j_per_req"] = cols["dyn_energy_j_per_req"] + cols["static_power_w"] * busy
-    cols["cost_usd_per_req"] = cols["price_usd_per_hour"] / 3600.0 * busy
-    cols["embodied_kg_per_req"] = cols["embodied_kg_per_hour"] / 3600.0 * busy
-    cols["tokens_per_s"] = cols["max_rate_rps"] * np.tile(so, nf)
-    # Keys are built once per (kind, batch, phase) and per bucket, then indexed.
+    phase_names = list(frames)
+    nf = len(phase_names)
+    shape = (nf, nk, nb, nB)
+    out: dict[str, np.ndarray] = {}
+    for name, v in base.items():
+        out[name] = np.empty(shape, dtype=v.dtype)
+        out[name][...] = v
+    for p, frame in enumerate(frames.values()):
+        for name, v in frame.items():
+            if name not in out:
+                out[name] = np.empty(shape, dtype=np.asarray(v).dtype)
+            out[name][p] = v
+    # per-kind numbers as (phase, kind, class, batch)
+    kind4 = (1, nk, 1, 1)
+    chips = (tp * pp).reshape(kind4)
+    price = np.array([ctxs[c].price_usd_per_chip_hour for c in chip_order])[kind_chip].reshape(kind4)
+    emb = np.array([ctxs[c].embodied_kg_per_chip_hour for c in chip_order])[kind_chip].reshape(kind4)
+    out["memory_ok"] = out["mem_bytes_per_chip"] <= hw_k.hbm_cap.reshape(kind4)
+    out["static_power_w"] = np.broadcast_to(chips * hw_k.static_w.reshape(kind4), shape).copy()
+    out["price_usd_per_hour"] = np.broadcast_to(chips * price, shape).copy()
+    out["embodied_kg_per_hour"] = np.broadcast_to(chips * emb, shape).copy()
+    busy = out["busy_s_per_req"]
+    out["energy_j_per_req"] = out["dyn_energy_j_per_req"] + out["static_power_w"] * busy
+    out["cost_usd_per_req"] = out["price_usd_per_hour"] / 3600.0 * busy
+    out["embodied_kg_per_req"] = out["embodied_kg_per_hour"] / 3600.0 * busy
+    out["tokens_per_s"] = out["max_rate_rps"] * so.reshape(1, 1, nb, 1)
+    # Keys are built once per (kind, batch, phase) and per bucket, then broadcast.
+    suffixes = [f":b{b}:{ph}" for ph in phase_names for b in batch_sizes]
     kind_key = [k.key for k in kinds_sorted]
-    phase_names = [f["phase"][0] for f in frames]
     type_keys = np.array(
-        [f"{kk}:b{b}:{ph}" for ph in phase_names for kk in kind_key for b in batch_sizes], dtype=object
-    )
-    type_idx = np.concatenate([p * nk * nB + k_idx * nB + np.tile(np.arange(nB), nk * nb) for p in range(nf)])
-    vt = type_keys[type_idx]
-    bucket_names = np.array([f"|{b}" for b in buckets["bucket"]], dtype=object)
-    cols["vpod_type"] = vt
-    cols["config_id"] = vt + bucket_names[np.tile(b_idx, nf)]
-    order = [*(c for c in frames[0] if c != "phase"), *(c for c in cols if c not in frames[0])]
-    order.insert(list(frames[0]).index("phase"), "phase")
+        [kk + s for p in range(nf) for kk in kind_key for s in suffixes[p * nB : (p + 1) * nB]], dtype=object
+    ).reshape(nf, nk, 1, nB)
+    bucket_names = np.array([f"|{b}" for b in buckets["bucket"]], dtype=object).reshape(1, 1, nb, 1)
+    out["vpod_type"] = np.broadcast_to(type_keys, shape).copy()
+    out["config_id"] = type_keys + bucket_names
+    cols = {k: v.reshape(-1) for k, v in out.items()}
+    phase = np.repeat(np.arange(nf), nk * nb * nB)
+    cols["phase"] = text_column(np.array(phase_names), phase)
+    cols["bound"] = text_column(BOUNDS, cols["bound"])
+    first = frames[phase_names[0]]
+    order = [*base, "phase", *first, *(c for c in out if c not in base and c not in first)]
     return _Grid(
         {k: cols[k] for k in order},
-        bucket=np.tile(b_idx, nf),
-        phase=np.repeat(np.arange(nf), len(B)),
+        bucket=np.broadcast_to(np.arange(nb).reshape(1, 1, nb, 1), shape).reshape(-1),
+        phase=phase,
         phases=tuple(phase_names),
-        chip=chip_code,
+        chip=np.broadcast_to(kind_chip.reshape(kind4), shape).reshape(-1),
         chips=tuple(chip_order),
     )
 
@@ -509,21 +471,20 @@ def _energy_columns(
     steps_per_req: np.ndarray | float,
     unbatched_j: np.ndarray | float = 0.0,
     stall_s: np.ndarray | float = 0.0,
-) -> dict[str, np.ndarray]:
+) -> dict[str, np.ndarray | float]:
     """The load-dependent energy columns (``neuscale_opt.energy.ENERGY_COLUMNS``) of a phase whose
     batched step costs ``e_step`` J at ``batch`` and ``e_step_b1`` J with one sequence, done
     ``steps_per_req`` times per request; ``unbatched_j`` is per-request energy outside the batched
-    steps (the colocated batch-1 prefill) and ``stall_s`` the time it stalls the batch."""
+    steps (the colocated batch-1 prefill) and ``stall_s`` the time it stalls the batch. Values
+    broadcast against the grid (the caller writes them into the columns)."""
     fixed = fixed_step_energy_j(e_step_b1, e_step, 1.0, batch)
-    n = np.broadcast_to(np.asarray(batch, dtype=float), np.shape(e_step))
-    steps = np.broadcast_to(np.asarray(steps_per_req, dtype=float), n.shape)
     return {
-        "step_fixed_energy_j": np.broadcast_to(fixed, n.shape).astype(float),
-        "marginal_energy_j_per_req": unbatched_j + steps * (e_step - fixed) / n,
-        "steps_per_req": steps.astype(float),
-        "step_s_b1": np.broadcast_to(np.asarray(t_step_b1, dtype=float), n.shape).astype(float),
-        "step_s": np.broadcast_to(np.asarray(t_step, dtype=float), n.shape).astype(float),
-        "stall_s_per_req": np.broadcast_to(np.asarray(stall_s, dtype=float), n.shape).astype(float),
+        "step_fixed_energy_j": fixed,
+        "marginal_energy_j_per_req": unbatched_j + steps_per_req * (e_step - fixed) / batch,
+        "steps_per_req": steps_per_req,
+        "step_s_b1": t_step_b1,
+        "step_s": t_step,
+        "stall_s_per_req": stall_s,
     }
 
 
