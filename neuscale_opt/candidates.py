@@ -400,29 +400,44 @@ def _grid_columns(
     phase_names = list(frames)
     nf = len(phase_names)
     shape = (nf, nk, nb, nB)
-    out: dict[str, np.ndarray] = {}
+    first = frames[phase_names[0]]
+    extra_float = (
+        "static_power_w",
+        "price_usd_per_hour",
+        "embodied_kg_per_hour",
+        "energy_j_per_req",
+        "cost_usd_per_req",
+        "embodied_kg_per_req",
+        "tokens_per_s",
+    )
+    dtypes = {name: v.dtype for name, v in base.items()}
+    dtypes.update({name: np.result_type(*(np.asarray(f[name]) for f in frames.values())) for name in first})
+    dtypes.update({name: np.dtype(float) for name in extra_float})
+    dtypes.update(vpod_type=np.dtype(object), config_id=np.dtype(object))
+    # The columns of one dtype are the rows of one array (a large allocation: fewer page faults)
+    out: dict[str, np.ndarray] = {"bound": np.empty(shape, dtype=dtypes.pop("bound"))}
+    for dt in dict.fromkeys(dtypes.values()):
+        names = [n for n, d in dtypes.items() if d == dt]
+        out.update(zip(names, np.empty((len(names), *shape), dtype=dt), strict=True))
     for name, v in base.items():
-        out[name] = np.empty(shape, dtype=v.dtype)
         out[name][...] = v
     for p, frame in enumerate(frames.values()):
         for name, v in frame.items():
-            if name not in out:
-                out[name] = np.empty(shape, dtype=np.asarray(v).dtype)
             out[name][p] = v
     # per-kind numbers as (phase, kind, class, batch)
     kind4 = (1, nk, 1, 1)
     chips = (tp * pp).reshape(kind4)
     price = np.array([ctxs[c].price_usd_per_chip_hour for c in chip_order])[kind_chip].reshape(kind4)
     emb = np.array([ctxs[c].embodied_kg_per_chip_hour for c in chip_order])[kind_chip].reshape(kind4)
-    out["memory_ok"] = out["mem_bytes_per_chip"] <= hw_k.hbm_cap.reshape(kind4)
-    out["static_power_w"] = np.broadcast_to(chips * hw_k.static_w.reshape(kind4), shape).copy()
-    out["price_usd_per_hour"] = np.broadcast_to(chips * price, shape).copy()
-    out["embodied_kg_per_hour"] = np.broadcast_to(chips * emb, shape).copy()
+    memory_ok = out["mem_bytes_per_chip"] <= hw_k.hbm_cap.reshape(kind4)
+    out["static_power_w"][...] = chips * hw_k.static_w.reshape(kind4)
+    out["price_usd_per_hour"][...] = chips * price
+    out["embodied_kg_per_hour"][...] = chips * emb
     busy = out["busy_s_per_req"]
-    out["energy_j_per_req"] = out["dyn_energy_j_per_req"] + out["static_power_w"] * busy
-    out["cost_usd_per_req"] = out["price_usd_per_hour"] / 3600.0 * busy
-    out["embodied_kg_per_req"] = out["embodied_kg_per_hour"] / 3600.0 * busy
-    out["tokens_per_s"] = out["max_rate_rps"] * so.reshape(1, 1, nb, 1)
+    np.add(out["dyn_energy_j_per_req"], out["static_power_w"] * busy, out=out["energy_j_per_req"])
+    np.multiply(out["price_usd_per_hour"] / 3600.0, busy, out=out["cost_usd_per_req"])
+    np.multiply(out["embodied_kg_per_hour"] / 3600.0, busy, out=out["embodied_kg_per_req"])
+    np.multiply(out["max_rate_rps"], so.reshape(1, 1, nb, 1), out=out["tokens_per_s"])
     # Keys are built once per (kind, batch, phase) and per bucket, then broadcast.
     suffixes = [f":b{b}:{ph}" for ph in phase_names for b in batch_sizes]
     kind_key = [k.key for k in kinds_sorted]
@@ -430,14 +445,14 @@ def _grid_columns(
         [kk + s for p in range(nf) for kk in kind_key for s in suffixes[p * nB : (p + 1) * nB]], dtype=object
     ).reshape(nf, nk, 1, nB)
     bucket_names = np.array([f"|{b}" for b in buckets["bucket"]], dtype=object).reshape(1, 1, nb, 1)
-    out["vpod_type"] = np.broadcast_to(type_keys, shape).copy()
-    out["config_id"] = type_keys + bucket_names
+    out["vpod_type"][...] = type_keys
+    np.add(type_keys, bucket_names, out=out["config_id"])
     cols = {k: v.reshape(-1) for k, v in out.items()}
     phase = np.repeat(np.arange(nf), nk * nb * nB)
     cols["phase"] = text_column(np.array(phase_names), phase)
     cols["bound"] = text_column(BOUNDS, cols["bound"])
-    first = frames[phase_names[0]]
-    order = [*base, "phase", *first, *(c for c in out if c not in base and c not in first)]
+    cols["memory_ok"] = memory_ok.reshape(-1)
+    order = [*base, "phase", *first, "memory_ok", *extra_float, "vpod_type", "config_id"]
     return _Grid(
         {k: cols[k] for k in order},
         bucket=np.broadcast_to(np.arange(nb).reshape(1, 1, nb, 1), shape).reshape(-1),
