@@ -58,6 +58,7 @@ import time
 
 from neuscale_opt.candidates import (
     _TRACE_CACHE,
+    _TRACE_DIGESTS,
     candidates,
     chip_context,
     effective_model,
@@ -98,8 +99,9 @@ def median_of(fn, repeat: int) -> tuple[float, float, object]:
 
 
 def cold(inst):
-    """``candidates(inst)`` with the trace read and bucketed again (its cache emptied first)."""
+    """``candidates(inst)`` with the trace read, hashed and bucketed again (its caches emptied first)."""
     _TRACE_CACHE.clear()
+    _TRACE_DIGESTS.clear()
     return candidates(inst)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -109,7 +110,13 @@ def parallelisms(model: ModelSpec, chips: int) -> list[tuple[int, int, int]]:
 def vpod_kinds(model: ModelSpec, chip: ChipSpec, max_chips: int) -> list[VpodKind]:
     """Every (slice, parallelism) of ``chip``. A GPU vPod larger than one 8-GPU node keeps tensor
     parallelism inside a node and pipelines across nodes (pp a multiple of the node count). MLA
-    models with experts spread (ep = tp > 1) also get the data-parallel attention layout (R5b)."""
+    models with experts spread (ep = tp > 1) also get the data-parallel attention layout (R5b).
+    The kinds of the last few (model, chip, max_chips) are kept (the specs are frozen)."""
+    return list(_vpod_kinds(model, chip, max_chips))
+
+
+@lru_cache(maxsize=64)
+def _vpod_kinds(model: ModelSpec, chip: ChipSpec, max_chips: int) -> tuple[VpodKind, ...]:
     kinds = []
     for shape in slice_shapes(chip, max_chips):
         n = math.prod(shape)
@@ -126,7 +133,7 @@ def vpod_kinds(model: ModelSpec, chip: ChipSpec, max_chips: int) -> list[VpodKin
                         chip.name, shape, tp, pp, ep, g.coll_bw, g.a2a_dist, wrap, nodes, g.ar_hops, g.a2a_hops, dpa
                     )
                 )
-    return kinds
+    return tuple(kinds)
 
 
 # --------------------------------------------------------------------------------------------
@@ -640,21 +647,48 @@ def cut_to_horizon(trace: pd.DataFrame, inst: Instance) -> pd.DataFrame:
 #: trace file's SHA-256 and every setting they depend on; at most ``_TRACE_CACHE_SIZE`` entries.
 _TRACE_CACHE: dict[tuple, tuple[pd.DataFrame, pd.DataFrame]] = {}
 _TRACE_CACHE_SIZE = 8
+#: SHA-256 of the trace files hashed last, keyed by path and ``os.stat`` identity (device, inode,
+#: size, modification and change times in ns): a file written again is hashed again.
+_TRACE_DIGESTS: dict[tuple, str] = {}
+#: A file changed less than this long before it is hashed is hashed again on every call: the
+#: kernel's file times are coarse (a clock tick), so two writes inside one tick could share them.
+_TRACE_DIGEST_SETTLED_NS = 2_000_000_000
+
+
+def _trace_digest(path) -> str:
+    """The SHA-256 of the file at ``path``, read through the one reader; kept per (path, device,
+    inode, size, mtime_ns, ctime_ns) once the file has not changed for
+    ``_TRACE_DIGEST_SETTLED_NS``."""
+    import hashlib
+    import os
+    import time
+
+    from neuscale_opt.readers import read_bytes
+
+    try:
+        st = os.stat(path)
+    except OSError:  # the reader says what is wrong
+        st = None
+    key = None if st is None else (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    digest = _TRACE_DIGESTS.get(key) if key is not None else None
+    if digest is None:
+        digest = hashlib.sha256(read_bytes(path, str(path))).hexdigest()
+        if key is not None and time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _TRACE_DIGEST_SETTLED_NS:
+            if len(_TRACE_DIGESTS) >= _TRACE_CACHE_SIZE:
+                _TRACE_DIGESTS.pop(next(iter(_TRACE_DIGESTS)))
+            _TRACE_DIGESTS[key] = digest
+    return digest
 
 
 def _trace_key(inst: Instance) -> tuple:
     """What the classes and demand of a trace instance are a function of: the trace file's bytes
-    (hashed; read through the one reader, so a changed file is a new key) and the workload and
-    epoch settings."""
-    import hashlib
-
-    from neuscale_opt.readers import read_bytes
+    (their hash, :func:`_trace_digest`: a changed file is a new key) and the workload and epoch
+    settings."""
     from neuscale_opt.traces.loaders import resolve_path
 
     w = inst.workload
     path = resolve_path(w.trace.path, inst.base_dir)
-    digest = hashlib.sha256(read_bytes(path, str(path))).hexdigest()
-    return (str(path), digest, w.model_dump_json(), inst.epochs.model_dump_json())
+    return (str(path), _trace_digest(path), w.model_dump_json(), inst.epochs.model_dump_json())
 
 
 def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -812,8 +846,9 @@ class CandidateSet:
 def context_notes(model: ModelSpec, buckets: pd.DataFrame) -> tuple[str, ...]:
     """Warnings about classes longer than the model's context window (still evaluated: the
     roofline does not depend on the position encoding, but the served model may refuse them)."""
-    total = buckets["input_tokens"] + buckets["output_tokens"]
-    long = buckets.loc[total > model.max_context, "bucket"].astype(str).tolist()
+    total = buckets["input_tokens"].to_numpy() + buckets["output_tokens"].to_numpy()
+    names = buckets["bucket"].to_numpy()
+    long = [str(names[i]) for i in np.flatnonzero(total > model.max_context)]
     if not long:
         return ()
     return (

@@ -262,3 +262,31 @@ def test_pareto_front_of_several_metrics_with_ties_equals_brute_force():
             twin_before = np.any(same_g[:i] & (lat[:i] == lat[i]) & (val[:i] == val[i]))
             assert mask[i] == (not dominated and not twin_before)
     assert pareto_front(group, lat, metrics[0]).tolist() == fronts[0].tolist()
+
+
+def test_trace_hash_is_kept_per_file_identity_and_redone_when_the_file_changes(tmp_path, monkeypatch):
+    import hashlib
+
+    import neuscale_opt.candidates as cand
+    import neuscale_opt.readers as readers
+
+    reads = []
+    real = readers.read_bytes
+    monkeypatch.setattr(readers, "read_bytes", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(cand, "_TRACE_DIGESTS", {})
+    path = tmp_path / "t.csv"
+    # a file written just now is hashed on every call: a second write in the same clock tick, of
+    # the same size, could leave its size and times unchanged
+    path.write_bytes(b"a,b\n1,2\n")
+    assert cand._trace_digest(path) == hashlib.sha256(b"a,b\n1,2\n").hexdigest()
+    path.write_bytes(b"a,b\n3,4\n")
+    assert cand._trace_digest(path) == hashlib.sha256(b"a,b\n3,4\n").hexdigest()
+    assert len(reads) == 2
+    # a settled file is hashed once per (size, times, inode); a rewrite is a new key
+    monkeypatch.setattr(cand, "_TRACE_DIGEST_SETTLED_NS", -1)
+    assert cand._trace_digest(path) == hashlib.sha256(b"a,b\n3,4\n").hexdigest()
+    assert cand._trace_digest(path) == hashlib.sha256(b"a,b\n3,4\n").hexdigest()
+    assert len(reads) == 3
+    path.write_bytes(b"a,b\n5,6\n7,8\n")
+    assert cand._trace_digest(path) == hashlib.sha256(b"a,b\n5,6\n7,8\n").hexdigest()
+    assert len(reads) == 4
