@@ -539,43 +539,61 @@ def _dense_rank(x: np.ndarray) -> np.ndarray:
     return r
 
 
+def _order_key(x: np.ndarray) -> np.ndarray:
+    """int64 keys that order and tie as :func:`_dense_rank` ranks floats: ``-0.0`` and ``0.0`` one
+    key, every NaN one key after ``+inf`` (the IEEE bits, negative values' magnitude bits flipped)."""
+    x = np.asarray(x, dtype=float) + 0.0  # -0.0 + 0.0 = 0.0
+    bits = x.view(np.int64)
+    key = np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits)
+    key[np.isnan(x)] = np.iinfo(np.int64).max
+    return key
+
+
 def pareto_front(group: np.ndarray, latency: np.ndarray, *metrics: np.ndarray) -> np.ndarray:
     """The rule of :func:`pareto_mask` on arrays: ``group`` the rows' integer group codes (any
     numbering: the front of a group does not depend on the others); one mask per metric (a tuple
-    when several are given, sharing the group and latency ranks).
+    when several are given, sharing the group and latency order).
 
-    The rows are ordered as the rule orders them - group, latency, metric, position - by one sort
-    of an integer key built from dense ranks (equal values tie exactly), the position its last
-    digit so that the key is unique and any sort gives that order."""
+    In the rule's order - group, latency, metric, position - only the first row of a run of equal
+    (group, latency) can be on the front: the one of least metric, the first in position among
+    equals; it is when its metric is below the least metric of the group's earlier runs (the
+    group's first run always is). So the rows are sorted once by (group, latency) (values as
+    integer keys, :func:`_order_key`: equal values tie exactly) and each metric needs only
+    per-run minima."""
     n = len(group)
     if n == 0:
         empty = np.zeros(0, dtype=bool)
         return empty if len(metrics) == 1 else tuple(empty for _ in metrics)
     group = np.asarray(group, dtype=np.int64)
     g = group - group.min()
-    n_g = int(g.max()) + 1
-    if n_g > n:  # sparse codes: renumber densely
+    if int(g.max()) + 1 > n:  # sparse codes: renumber densely
         g = _dense_rank(group.astype(float))
-        n_g = int(g.max()) + 1
-    lat = _dense_rank(np.asarray(latency, dtype=float))
-    n_lat = int(lat.max()) + 1
-    gl = g * n_lat + lat
-    pos = np.arange(n, dtype=np.int64)
+    lat = _order_key(latency)
+    order = np.argsort(lat)
+    by_group = g[order].astype(np.int16) if int(g.max()) < 2**15 else g[order]  # int16: a radix sort
+    order = order[np.argsort(by_group, kind="stable")]
+    gs, ls = g[order], lat[order]
+    new_run = np.ones(n, dtype=bool)
+    new_run[1:] = (gs[1:] != gs[:-1]) | (ls[1:] != ls[:-1])
+    starts = np.flatnonzero(new_run)
+    run_of_row = np.cumsum(new_run) - 1 if len(starts) < n else None
+    run_group = gs[starts]
+    group_starts = np.flatnonzero(np.concatenate(([True], run_group[1:] != run_group[:-1])))
+    group_ends = np.append(group_starts[1:], len(starts))
     masks = []
     for metric in metrics:
-        m_rank = _dense_rank(np.asarray(metric, dtype=float))
-        n_m = int(m_rank.max()) + 1
-        if n_g * n_lat * n_m * n < 2**63:
-            order = np.argsort((gl * n_m + m_rank) * n + pos)
-        else:  # a key that would overflow: the same order by a lexicographic sort
-            order = np.lexsort((pos, m_rank, lat, g))
-        key = m_rank[order] - g[order] * (n + 1)
-        running = np.minimum.accumulate(key)
-        prev = np.empty_like(running)
-        prev[0] = np.iinfo(np.int64).max
-        prev[1:] = running[:-1]
-        mask = np.empty(n, dtype=bool)
-        mask[order] = key < prev
+        ms = _order_key(metric)[order]
+        if len(starts) == n:  # no two rows of a group share a latency: every run one row
+            run_min, first = ms, order
+        else:
+            run_min = np.minimum.reduceat(ms, starts)
+            first = np.minimum.reduceat(np.where(ms == run_min[run_of_row], order, n), starts)
+        on = np.ones(len(starts), dtype=bool)
+        for a, b in zip(group_starts, group_ends, strict=True):
+            r = run_min[a:b]
+            on[a + 1 : b] = r[1:] < np.minimum.accumulate(r)[:-1]
+        mask = np.zeros(n, dtype=bool)
+        mask[first[on]] = True
         masks.append(mask)
     return masks[0] if len(masks) == 1 else tuple(masks)
 

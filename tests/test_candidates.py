@@ -290,3 +290,27 @@ def test_trace_hash_is_kept_per_file_identity_and_redone_when_the_file_changes(t
     path.write_bytes(b"a,b\n5,6\n7,8\n")
     assert cand._trace_digest(path) == hashlib.sha256(b"a,b\n5,6\n7,8\n").hexdigest()
     assert len(reads) == 4
+
+
+def test_pareto_front_with_nan_inf_and_signed_zeros_equals_brute_force():
+    # the rule's order: group, latency, metric, position; NaN after every number (NaNs tie), -0.0 == 0.0
+    from neuscale_opt.candidates import pareto_front
+
+    rng = np.random.default_rng(11)
+    pool = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 2.5])
+    for _ in range(20):
+        n = int(rng.integers(1, 120))
+        group = rng.choice([3, 5, 900], size=n)
+        lat, metric = rng.choice(pool, size=n), rng.choice(pool, size=n)
+
+        def key(v):
+            return (1, 0.0) if np.isnan(v) else (0, v)
+
+        mask = pareto_front(group, lat, metric)
+        for i in range(n):
+            earlier = [
+                j
+                for j in range(n)
+                if group[j] == group[i] and (key(lat[j]), key(metric[j]), j) < (key(lat[i]), key(metric[i]), i)
+            ]
+            assert mask[i] == all(key(metric[j]) > key(metric[i]) for j in earlier)
