@@ -255,7 +255,7 @@ def _frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     columns are fresh arrays of the call: no consolidating copy."""
     return pd.DataFrame(
         {
-            k: (pd.Series(v, dtype=object) if isinstance(v, np.ndarray) and v.dtype.kind == "O" else v)
+            k: (pd.Series(v, dtype=object, copy=False) if isinstance(v, np.ndarray) and v.dtype.kind == "O" else v)
             for k, v in columns.items()
         },
         copy=False,
@@ -780,6 +780,15 @@ def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame)
     the named ``reference_shape`` of ``reference_chip``, or its smallest slice that holds the model
     at the longest class context, with tp = all its chips and pp = 1 (a GPU vPod of several nodes:
     tp = one node, pp = the nodes)."""
+    ref, name = _reference(inst, model, buckets)
+    out = pd.DataFrame({"bucket": buckets["bucket"].to_numpy(), **ref})
+    out.attrs["reference"] = name
+    return out
+
+
+def _reference(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple[dict[str, np.ndarray], str]:
+    """The columns ``ref_ttft_s``, ``ref_tpot_s``, ``ref_e2e_s`` of :func:`reference_latencies` (one
+    value per class) and the reference configuration's name."""
     chip = get_chip(inst.slo.reference_chip, where="slo.reference_chip")
     ctx = chip_context(inst, chip.name)
     if inst.slo.reference_shape is not None:
@@ -787,7 +796,9 @@ def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame)
         shapes = [shape]
     else:
         shapes = slice_shapes(chip, chip.pod_chips * (4 if chip.topology == "switched" else 1))
-    max_ctx = float((buckets["input_tokens"] + buckets["output_tokens"]).max())
+    s_in = buckets["input_tokens"].to_numpy(dtype=float)
+    s_out = buckets["output_tokens"].to_numpy(dtype=float)
+    max_ctx = float((s_in + s_out).max())
     for shape in shapes:
         n = math.prod(shape)
         nodes = vpod_nodes(chip, n)
@@ -796,24 +807,18 @@ def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame)
             continue
         tp, pp = par[-1][0], nodes
         hw = for_slice(ctx.hw, chip, shape, tp)
-        s_in = buckets["input_tokens"].to_numpy(dtype=float)
-        s_out = buckets["output_tokens"].to_numpy(dtype=float)
         dec = step_cost(
             model, hw, tp, pp, 1, 1.0, 1.0, s_in + s_out / 2.0, mem_context=np.full_like(s_in, max_ctx), nodes=nodes
         )
         if not bool(np.all(dec.mem_bytes_per_chip <= hw.hbm_cap)):
             continue
         pre = step_cost(model, hw, tp, pp, 1, 1.0, s_in, 0.0, nodes=nodes)
-        out = pd.DataFrame(
-            {
-                "bucket": buckets["bucket"].to_numpy(),
-                "ref_ttft_s": pre.latency_s,
-                "ref_tpot_s": dec.latency_s,
-                "ref_e2e_s": pre.latency_s + s_out * dec.latency_s,
-            }
-        )
-        out.attrs["reference"] = f"{chip.name}:{'x'.join(map(str, shape))}:tp{tp}" + (f"pp{pp}" if pp > 1 else "")
-        return out
+        ref = {
+            "ref_ttft_s": pre.latency_s,
+            "ref_tpot_s": dec.latency_s,
+            "ref_e2e_s": pre.latency_s + s_out * dec.latency_s,
+        }
+        return ref, f"{chip.name}:{'x'.join(map(str, shape))}:tp{tp}" + (f"pp{pp}" if pp > 1 else "")
     raise InputError(
         f"no slice of {chip.name} holds {model.name} for the SLO reference; choose another reference_chip",
         where="slo.reference_chip",
@@ -830,11 +835,12 @@ def apply_slo(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple[
             if v is not None:
                 b[col] = b[col].fillna(v)
         return b, "absolute"
-    ref = reference_latencies(inst, model, buckets)
+    ref, name = _reference(inst, model, buckets)
     for m in inst.slo.metrics:
         col = f"{m}_slo_s"
-        b[col] = b[col].fillna(pd.Series(inst.slo.multiplier * ref[f"ref_{m}_s"].to_numpy(), index=b.index))
-    return b, f"{inst.slo.multiplier:g}x single-request latency on {ref.attrs['reference']}"
+        given = b[col].to_numpy(dtype=float)
+        b[col] = np.where(np.isnan(given), inst.slo.multiplier * ref[f"ref_{m}_s"], given)
+    return b, f"{inst.slo.multiplier:g}x single-request latency on {name}"
 
 
 def effective_model(inst: Instance) -> ModelSpec:
