@@ -27,7 +27,6 @@ from neuscale_opt.roofline import (
     for_slice,
     hw_rows_for,
     slice_wraps,
-    stack_hw,
     step_cost,
     tp_group,
     vpod_nodes,
@@ -236,6 +235,10 @@ def evaluate_grid(
     return pd.DataFrame() if grid is None else _frame(grid.columns)
 
 
+#: The fields of :class:`HwRows` that depend on the slice and the TP group (columns of the kinds).
+_SLICE_FIELDS = ("coll_bw", "a2a_dist", "ar_hops", "a2a_hops")
+
+
 @dataclass(frozen=True)
 class _Grid:
     """The grid's columns (in table order) and each row's integer codes: its class (position in
@@ -286,21 +289,17 @@ def _grid_columns(
     counts = [sum(1 for k in kinds if k.chip == c) for c in chip_order]
     kf = _kinds_arrays(kinds_sorted)
     kind_chip = np.repeat(np.arange(len(chip_order)), counts)  # position of each kind's chip in chip_order
-    hw_k = stack_hw(
-        [
-            replace(
-                ctxs[c].hw,
-                coll_bw=kf["coll_bw"][kind_chip == i],
-                a2a_dist=kf["a2a_dist"][kind_chip == i],
-                ar_hops=kf["ar_hops"][kind_chip == i],
-                a2a_hops=kf["a2a_hops"][kind_chip == i],
-            )
-            for i, c in enumerate(chip_order)
-        ],
-        counts,
-    )
+    # hardware per kind as (nk, 1, 1): the chip's numbers, the kind's slice-dependent ones
     per_kind = (nk, 1, 1)
-    hw = HwRows(**{f: getattr(hw_k, f).reshape(per_kind) for f in HwRows.__dataclass_fields__})
+    chip_hw = [ctxs[c].hw for c in chip_order]
+    hw = HwRows(
+        **{
+            f: (kf[f] if f in _SLICE_FIELDS else np.array([float(getattr(h, f)) for h in chip_hw])[kind_chip]).reshape(
+                per_kind
+            )
+            for f in HwRows.__dataclass_fields__
+        }
+    )
     tp = kf["tp"].astype(float).reshape(per_kind)
     pp = kf["pp"].astype(float).reshape(per_kind)
     ep = kf["ep"].astype(float).reshape(per_kind)
@@ -436,8 +435,8 @@ def _grid_columns(
     chips = (tp * pp).reshape(kind4)
     price = np.array([ctxs[c].price_usd_per_chip_hour for c in chip_order])[kind_chip].reshape(kind4)
     emb = np.array([ctxs[c].embodied_kg_per_chip_hour for c in chip_order])[kind_chip].reshape(kind4)
-    memory_ok = out["mem_bytes_per_chip"] <= hw_k.hbm_cap.reshape(kind4)
-    out["static_power_w"][...] = chips * hw_k.static_w.reshape(kind4)
+    memory_ok = out["mem_bytes_per_chip"] <= hw.hbm_cap.reshape(kind4)
+    out["static_power_w"][...] = chips * hw.static_w.reshape(kind4)
     out["price_usd_per_hour"][...] = chips * price
     out["embodied_kg_per_hour"][...] = chips * emb
     busy = out["busy_s_per_req"]
