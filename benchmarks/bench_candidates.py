@@ -13,39 +13,34 @@ What is timed, per instance:
 * ``e2e``: the whole ``candidates(inst)`` call, warm, in-process: chip settings, the classes and
   demand, the SLO targets, the kinds, the grid, SLO and memory checks, Pareto flags, the table. A
   trace instance's classes and demand are read and bucketed once per (trace file content, workload
-  and epoch settings) and then handed out as copies (``candidates._TRACE_CACHE``); each warm call
-  still reads and hashes the trace file (SHA-256) to find them. So ``e2e`` is the figure of a
+  and epoch settings) and then handed out as copies (``candidates._TRACE_CACHE``); the file's
+  SHA-256 is kept per (path, device, inode, size, mtime_ns, ctime_ns) once the file is 2 s old
+  (``candidates._TRACE_DIGESTS``), so a warm call only stats it. So ``e2e`` is the figure of a
   process that plans the same workload again (sweeps, benchmarks, re-planning).
-* ``cold trace``: the same call with that cache emptied first: the trace is read, scaled and
-  bucketed again (what one ``neuscale-opt plan`` run pays once).
+* ``cold trace``: the same call with both caches emptied first: the trace is read, hashed, scaled
+  and bucketed again (what one ``neuscale-opt plan`` run pays once).
 
-Measured 2026-12-01 on the shared 2-core machine, main's code (``9a0c415``) and this code
-interleaved in one session, three rounds of 5 warm runs each, points per CPU-second end to end
-(every figure an upper bound of the time under load):
+Measured 2026-12-02 (00:00 UTC) on the shared 2-core machine, pandas 3.1.1, main's code
+(``768a1dd``) and this code interleaved, three rounds of 5 warm runs each, load 1.4-1.6, points
+per CPU-second (``e2e``; ``grid`` the kernel alone):
 
-===========  =======  ==========  =================  ==================  ===========
-instance     points   load        main               this code           ratio
-===========  =======  ==========  =================  ==================  ===========
-default      16,524   2.0-2.4     0.059-0.067 M      0.37-0.40 M         5.6-6.8x
-bench-grid   179,280  2.0-2.4     0.47-0.55 M        0.93-0.99 M         1.7-2.0x
-default      16,524   4.4-4.5     0.06-0.09 M        0.33-0.59 M         3.7-9.0x
-bench-grid   179,280  4.4-4.5     0.42-0.60 M        0.95-1.18 M         1.9-2.3x
-===========  =======  ==========  =================  ==================  ===========
+===========  =======  ===================  ===================  ==================  =================
+instance     points   main e2e             this e2e             main grid           this grid
+===========  =======  ===================  ===================  ==================  =================
+default      16,524   0.55-0.60 M          0.87-1.12 M          0.85-0.99 M         1.48-1.59 M
+bench-grid   179,280  1.02-1.52 M          1.68-2.11 M          1.36-1.56 M         2.30-2.56 M
+===========  =======  ===================  ===================  ==================  =================
 
-With the trace read again (cold, load 2.0-2.4) the default runs at 0.10-0.11 M points per CPU-s
-(main, which reads it on every call: 0.06-0.07 M); the trace's bucketing (per-bucket quantiles
-from one integer sort instead of a groupby) and scaling (numpy columns filtered and ordered
-before one DataFrame) took 76 -> 30 and 30 -> 22 ms there. The grid kernel alone went from
-0.31-0.39 to 0.76-1.08 M (default) and 0.98-1.12 to 1.40-1.55 M (bench-grid) points per CPU-s.
-Alone at a load of 2.5: 0.62 M (default) and 1.40 M (bench-grid) points per CPU-s; the grid
-kernel alone 1.1 M and 2.0 M. The tables are identical to main's (``assert_frame_equal``, exact,
-same dtypes) on both grids, on every shipped roofline instance and on variants (burst and mean
-provisioning, 2-D p90 and upper classes, DeepSeek-V3, colocated-only and disaggregated phases).
-The 1.5 M points/s target is not reached. On the default (16.5k points: 11 ms at the target)
-the call's fixed parts alone, measured at a load of 2.3, take about 12 ms - the SLO reference
-roofline 4.4 ms, the kinds 2.0 ms, the table 1.9 ms, the trace's hash and the copies of its
-tables 1.7 ms, chip settings and notes 1.5 ms - and the grid 15-18 ms; the 180k grid misses it by
-about 10 % at load 2.5, more when loaded.
+Cold trace (default): 0.12-0.13 -> 0.14-0.18 M. On pandas 2.3.3 (load 1.3-1.4): default 0.57-0.58
+-> 0.88-0.89 M, bench-grid 1.18-1.19 -> 1.73-1.95 M. What changed: the roofline on a broadcast
+(kind, class, batch) grid with each column written once into one array per dtype (large
+allocations get huge pages: 24,000 -> 11,500 page faults per bench-grid call), the batch-1 steps
+from the same evaluation, Pareto flags from one sort, text columns wrapped without pandas 3's
+copy, and the fixed parts (trace hash, NeuSim configs, kinds, notes, SLO fill) kept or done in
+numpy. Tables and coefficients are identical to main's (hashes of every shipped roofline
+instance's, the bench grid's and 18 variants', on pandas 3 and 2). The 1.5 M target is met on bench-grid, not
+on the default: its call takes 15-19 ms CPU (11 ms at the target), of which the grid about 8
+(roofline 2, the 16,524 config ids 1), the SLO reference 1.4, the table 1, the Pareto flags 0.8.
 """
 
 from __future__ import annotations
@@ -58,6 +53,7 @@ import time
 
 from neuscale_opt.candidates import (
     _TRACE_CACHE,
+    _TRACE_DIGESTS,
     candidates,
     chip_context,
     effective_model,
@@ -98,8 +94,9 @@ def median_of(fn, repeat: int) -> tuple[float, float, object]:
 
 
 def cold(inst):
-    """``candidates(inst)`` with the trace read and bucketed again (its cache emptied first)."""
+    """``candidates(inst)`` with the trace read, hashed and bucketed again (its caches emptied first)."""
     _TRACE_CACHE.clear()
+    _TRACE_DIGESTS.clear()
     return candidates(inst)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -22,12 +23,11 @@ from neuscale_opt.instance import Instance
 from neuscale_opt.roofline import (
     BOUNDS,
     HwRows,
+    StepCost,
     for_slice,
     hw_rows_for,
     slice_wraps,
-    stack_hw,
     step_cost,
-    take_hw,
     tp_group,
     vpod_nodes,
 )
@@ -109,7 +109,13 @@ def parallelisms(model: ModelSpec, chips: int) -> list[tuple[int, int, int]]:
 def vpod_kinds(model: ModelSpec, chip: ChipSpec, max_chips: int) -> list[VpodKind]:
     """Every (slice, parallelism) of ``chip``. A GPU vPod larger than one 8-GPU node keeps tensor
     parallelism inside a node and pipelines across nodes (pp a multiple of the node count). MLA
-    models with experts spread (ep = tp > 1) also get the data-parallel attention layout (R5b)."""
+    models with experts spread (ep = tp > 1) also get the data-parallel attention layout (R5b).
+    The kinds of the last few (model, chip, max_chips) are kept (the specs are frozen)."""
+    return list(_vpod_kinds(model, chip, max_chips))
+
+
+@lru_cache(maxsize=64)
+def _vpod_kinds(model: ModelSpec, chip: ChipSpec, max_chips: int) -> tuple[VpodKind, ...]:
     kinds = []
     for shape in slice_shapes(chip, max_chips):
         n = math.prod(shape)
@@ -126,7 +132,7 @@ def vpod_kinds(model: ModelSpec, chip: ChipSpec, max_chips: int) -> list[VpodKin
                         chip.name, shape, tp, pp, ep, g.coll_bw, g.a2a_dist, wrap, nodes, g.ar_hops, g.a2a_hops, dpa
                     )
                 )
-    return kinds
+    return tuple(kinds)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,6 +235,10 @@ def evaluate_grid(
     return pd.DataFrame() if grid is None else _frame(grid.columns)
 
 
+#: The fields of :class:`HwRows` that depend on the slice and the TP group (columns of the kinds).
+_SLICE_FIELDS = ("coll_bw", "a2a_dist", "ar_hops", "a2a_hops")
+
+
 @dataclass(frozen=True)
 class _Grid:
     """The grid's columns (in table order) and each row's integer codes: its class (position in
@@ -248,7 +258,7 @@ def _frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     columns are fresh arrays of the call: no consolidating copy."""
     return pd.DataFrame(
         {
-            k: (pd.Series(v, dtype=object) if isinstance(v, np.ndarray) and v.dtype.kind == "O" else v)
+            k: (pd.Series(v, dtype=object, copy=False) if isinstance(v, np.ndarray) and v.dtype.kind == "O" else v)
             for k, v in columns.items()
         },
         copy=False,
@@ -263,7 +273,13 @@ def _grid_columns(
     batch_sizes: tuple[int, ...],
     phases: tuple[str, ...],
 ) -> _Grid | None:
-    """The columns of :func:`evaluate_grid` with the rows' codes; ``None`` for an empty grid."""
+    """The columns of :func:`evaluate_grid` with the rows' codes; ``None`` for an empty grid.
+
+    The roofline is evaluated on a broadcast grid: kinds on axis 0, classes on axis 1, batch sizes
+    on axis 2 (C order is the rows' order within a phase), so that what depends on fewer axes is
+    computed at its own size. Every column is written once into its place in the table (phase
+    axis first); the batch-1 steps (colocated prefill, the energy model's small-batch end) are the
+    batch-1 column of the same evaluation."""
     nk, nb, nB = len(kinds), len(buckets), len(batch_sizes)
     if nk == 0 or nb == 0:
         return None
@@ -273,215 +289,182 @@ def _grid_columns(
     counts = [sum(1 for k in kinds if k.chip == c) for c in chip_order]
     kf = _kinds_arrays(kinds_sorted)
     kind_chip = np.repeat(np.arange(len(chip_order)), counts)  # position of each kind's chip in chip_order
-    hw_k = stack_hw(
-        [
-            replace(
-                ctxs[c].hw,
-                coll_bw=kf["coll_bw"][kind_chip == i],
-                a2a_dist=kf["a2a_dist"][kind_chip == i],
-                ar_hops=kf["ar_hops"][kind_chip == i],
-                a2a_hops=kf["a2a_hops"][kind_chip == i],
+    # hardware per kind as (nk, 1, 1): the chip's numbers, the kind's slice-dependent ones
+    per_kind = (nk, 1, 1)
+    chip_hw = [ctxs[c].hw for c in chip_order]
+    hw = HwRows(
+        **{
+            f: (kf[f] if f in _SLICE_FIELDS else np.array([float(getattr(h, f)) for h in chip_hw])[kind_chip]).reshape(
+                per_kind
             )
-            for i, c in enumerate(chip_order)
-        ],
-        counts,
+            for f in HwRows.__dataclass_fields__
+        }
     )
-    # index grid: kind (k) x bucket (b) x batch (B)
-    k_idx = np.repeat(np.arange(nk), nb * nB)
-    b_idx = np.tile(np.repeat(np.arange(nb), nB), nk)
-    B = np.tile(np.asarray(batch_sizes, dtype=float), nk * nb)
-    # kind x bucket grid for batch-1 prefill (colocated TTFT)
-    k1 = np.repeat(np.arange(nk), nb)
-    b1 = np.tile(np.arange(nb), nk)
+    tp = kf["tp"].astype(float).reshape(per_kind)
+    pp = kf["pp"].astype(float).reshape(per_kind)
+    ep = kf["ep"].astype(float).reshape(per_kind)
+    nodes = kf["nodes"].reshape(per_kind)
+    dpa = kf["attn_dp"].reshape(per_kind)
+    so = buckets["output_tokens"].to_numpy(dtype=float).reshape(1, nb, 1)
+    si = buckets["input_tokens"].to_numpy(dtype=float).reshape(1, nb, 1)
+    B = np.asarray(batch_sizes, dtype=float).reshape(1, 1, nB)
+    # the batch sizes with batch 1 first when it is not searched
+    with_one = tuple(batch_sizes) if 1 in batch_sizes else (1, *batch_sizes)
+    one = slice(with_one.index(1), with_one.index(1) + 1)
+    searched = slice(None) if 1 in batch_sizes else slice(1, None)
+    B_one = np.asarray(with_one, dtype=float).reshape(1, 1, -1)
 
-    s_in = buckets["input_tokens"].to_numpy(dtype=float)
-    s_out = buckets["output_tokens"].to_numpy(dtype=float)
-    tp = kf["tp"].astype(float)
-    pp = kf["pp"].astype(float)
-    ep = kf["ep"].astype(float)
-    nodes = kf["nodes"]
-    dpa = kf["attn_dp"]
-    hw_g = take_hw(hw_k, k_idx)
+    def cut(sc: StepCost, s: slice) -> StepCost:
+        return StepCost(**{f: getattr(sc, f)[:, :, s] for f in StepCost.__dataclass_fields__})
 
-    frames = []
     want = set(phases)
     if "colocated" in want or "decode" in want:
-        dec = step_cost(
-            model,
-            hw_g,
-            tp[k_idx],
-            pp[k_idx],
-            ep[k_idx],
-            B,
-            1.0,
-            s_in[b_idx] + s_out[b_idx] / 2.0,
-            mem_context=s_in[b_idx] + s_out[b_idx],
-            nodes=nodes[k_idx],
-            attn_dp=dpa[k_idx],
+        dec_all = step_cost(
+            model, hw, tp, pp, ep, B_one, 1.0, si + so / 2.0, mem_context=si + so, nodes=nodes, attn_dp=dpa
         )
-    if "prefill" in want:
-        pre = step_cost(
-            model, hw_g, tp[k_idx], pp[k_idx], ep[k_idx], B, s_in[b_idx], 0.0, nodes=nodes[k_idx], attn_dp=dpa[k_idx]
-        )
-    # expand kind x bucket -> kind x bucket x batch
-    g = k_idx * nb + b_idx
-    if "colocated" in want or "prefill" in want:
-        pre1_small = step_cost(
-            model, take_hw(hw_k, k1), tp[k1], pp[k1], ep[k1], 1.0, s_in[b1], 0.0, nodes=nodes[k1], attn_dp=dpa[k1]
-        )
-    if "colocated" in want or "decode" in want:
         # one sequence per decode step: the load-dependent energy model's small-batch end (E4, E5)
-        dec1 = step_cost(
-            model,
-            take_hw(hw_k, k1),
-            tp[k1],
-            pp[k1],
-            ep[k1],
-            1.0,
-            1.0,
-            s_in[b1] + s_out[b1] / 2.0,
-            mem_context=s_in[b1] + s_out[b1],
-            nodes=nodes[k1],
-            attn_dp=dpa[k1],
-        )
+        dec, dec1 = cut(dec_all, searched), cut(dec_all, one)
+    if "colocated" in want or "prefill" in want:
+        B_pre = B_one if "prefill" in want else np.ones((1, 1, 1))
+        pre_all = step_cost(model, hw, tp, pp, ep, B_pre, si, 0.0, nodes=nodes, attn_dp=dpa)
+        pre1 = cut(pre_all, one if "prefill" in want else slice(0, 1))
+        if "prefill" in want:
+            pre = cut(pre_all, searched)
 
-    chips_g = (tp * pp)[k_idx]
-    so, si = s_out[b_idx], s_in[b_idx]
     base = {
-        "chip": kf["chip"][k_idx],
-        "shape": kf["shape"][k_idx],
-        "chips_per_vpod": kf["chips_per_vpod"][k_idx],
-        "tp": kf["tp"][k_idx],
-        "pp": kf["pp"][k_idx],
-        "ep": kf["ep"][k_idx],
-        "wraparound": kf["wraparound"][k_idx],
+        "chip": kf["chip"].reshape(per_kind),
+        "shape": kf["shape"].reshape(per_kind),
+        "chips_per_vpod": kf["chips_per_vpod"].reshape(per_kind),
+        "tp": kf["tp"].reshape(per_kind),
+        "pp": kf["pp"].reshape(per_kind),
+        "ep": kf["ep"].reshape(per_kind),
+        "wraparound": kf["wraparound"].reshape(per_kind),
         "batch": B.astype(np.int64),
-        "bucket": buckets["bucket"].to_numpy()[b_idx],
+        "bucket": buckets["bucket"].to_numpy().reshape(1, nb, 1),
         "kv_bytes_per_req": si * model.kv_bytes_per_token,
     }
-    nan = np.full(len(B), np.nan)
-
+    frames: dict[str, dict] = {}
     if "colocated" in want:
-        p1_lat = pre1_small.latency_s[g]
-        p1_stage = pre1_small.t_stage_s[g]
+        p1_stage = pre1.t_stage_s
         busy = p1_stage + so * dec.t_stage_s / B  # vPod time per request (pipelined), R12
-        rate = 1.0 / busy
         rho = B * p1_stage / (so * dec.t_stage_s)
         tpot = dec.latency_s * (1.0 + rho)
-        ttft = p1_lat
+        ttft = pre1.latency_s
         dominant_prefill = p1_stage > so * dec.t_stage_s / B
-        frames.append(
-            dict(
-                base,
-                phase=np.full(len(B), "colocated"),
-                ttft_s=ttft,
-                tpot_s=tpot,
-                e2e_s=ttft + so * tpot,
-                latency_s=ttft + so * tpot,
-                max_rate_rps=rate,
-                dyn_energy_j_per_req=pre1_small.energy_dyn_j[g] + so * dec.energy_dyn_j / B,
-                flops=pre1_small.flops[g] + so * dec.flops / B,
-                hbm_bytes=pre1_small.hbm_bytes[g] + so * dec.hbm_bytes / B,
-                ici_bytes=pre1_small.ici_bytes[g] + so * dec.ici_bytes / B,
-                dcn_bytes=pre1_small.dcn_bytes[g] + so * dec.dcn_bytes / B,
-                bound=np.where(dominant_prefill, pre1_small.bound[g], dec.bound),
-                mem_bytes_per_chip=np.maximum(dec.mem_bytes_per_chip, pre1_small.mem_bytes_per_chip[g]),
-                busy_s_per_req=busy,
-                **_energy_columns(
-                    dec1.energy_dyn_j[g],
-                    dec.energy_dyn_j,
-                    dec1.t_stage_s[g],
-                    dec.t_stage_s,
-                    B,
-                    so,
-                    pre1_small.energy_dyn_j[g],
-                    p1_stage,
-                ),
-            )
+        frames["colocated"] = dict(
+            ttft_s=ttft,
+            tpot_s=tpot,
+            e2e_s=ttft + so * tpot,
+            latency_s=ttft + so * tpot,
+            max_rate_rps=1.0 / busy,
+            dyn_energy_j_per_req=pre1.energy_dyn_j + so * dec.energy_dyn_j / B,
+            flops=pre1.flops + so * dec.flops / B,
+            hbm_bytes=pre1.hbm_bytes + so * dec.hbm_bytes / B,
+            ici_bytes=pre1.ici_bytes + so * dec.ici_bytes / B,
+            dcn_bytes=pre1.dcn_bytes + so * dec.dcn_bytes / B,
+            bound=np.where(dominant_prefill, pre1.bound, dec.bound),
+            mem_bytes_per_chip=np.maximum(dec.mem_bytes_per_chip, pre1.mem_bytes_per_chip),
+            busy_s_per_req=busy,
+            **_energy_columns(
+                dec1.energy_dyn_j, dec.energy_dyn_j, dec1.t_stage_s, dec.t_stage_s, B, so, pre1.energy_dyn_j, p1_stage
+            ),
         )
     if "prefill" in want:
-        frames.append(
-            dict(
-                base,
-                phase=np.full(len(B), "prefill"),
-                ttft_s=pre.latency_s,
-                tpot_s=nan,
-                e2e_s=nan,
-                latency_s=pre.latency_s,
-                max_rate_rps=B / pre.t_stage_s,
-                dyn_energy_j_per_req=pre.energy_dyn_j / B,
-                flops=pre.flops / B,
-                hbm_bytes=pre.hbm_bytes / B,
-                ici_bytes=pre.ici_bytes / B,
-                dcn_bytes=pre.dcn_bytes / B,
-                bound=pre.bound,
-                mem_bytes_per_chip=pre.mem_bytes_per_chip,
-                busy_s_per_req=pre.t_stage_s / B,
-                **_energy_columns(
-                    pre1_small.energy_dyn_j[g], pre.energy_dyn_j, pre1_small.t_stage_s[g], pre.t_stage_s, B, 1.0
-                ),
-            )
+        frames["prefill"] = dict(
+            ttft_s=pre.latency_s,
+            tpot_s=np.nan,
+            e2e_s=np.nan,
+            latency_s=pre.latency_s,
+            max_rate_rps=B / pre.t_stage_s,
+            dyn_energy_j_per_req=pre.energy_dyn_j / B,
+            flops=pre.flops / B,
+            hbm_bytes=pre.hbm_bytes / B,
+            ici_bytes=pre.ici_bytes / B,
+            dcn_bytes=pre.dcn_bytes / B,
+            bound=pre.bound,
+            mem_bytes_per_chip=pre.mem_bytes_per_chip,
+            busy_s_per_req=pre.t_stage_s / B,
+            **_energy_columns(pre1.energy_dyn_j, pre.energy_dyn_j, pre1.t_stage_s, pre.t_stage_s, B, 1.0),
         )
     if "decode" in want:
-        frames.append(
-            dict(
-                base,
-                phase=np.full(len(B), "decode"),
-                ttft_s=nan,
-                tpot_s=dec.latency_s,
-                e2e_s=nan,
-                latency_s=dec.latency_s,
-                max_rate_rps=B / (so * dec.t_stage_s),
-                dyn_energy_j_per_req=so * dec.energy_dyn_j / B,
-                flops=so * dec.flops / B,
-                hbm_bytes=so * dec.hbm_bytes / B,
-                ici_bytes=so * dec.ici_bytes / B,
-                dcn_bytes=so * dec.dcn_bytes / B,
-                bound=dec.bound,
-                mem_bytes_per_chip=dec.mem_bytes_per_chip,
-                busy_s_per_req=so * dec.t_stage_s / B,
-                **_energy_columns(dec1.energy_dyn_j[g], dec.energy_dyn_j, dec1.t_stage_s[g], dec.t_stage_s, B, so),
-            )
+        frames["decode"] = dict(
+            ttft_s=np.nan,
+            tpot_s=dec.latency_s,
+            e2e_s=np.nan,
+            latency_s=dec.latency_s,
+            max_rate_rps=B / (so * dec.t_stage_s),
+            dyn_energy_j_per_req=so * dec.energy_dyn_j / B,
+            flops=so * dec.flops / B,
+            hbm_bytes=so * dec.hbm_bytes / B,
+            ici_bytes=so * dec.ici_bytes / B,
+            dcn_bytes=so * dec.dcn_bytes / B,
+            bound=dec.bound,
+            mem_bytes_per_chip=dec.mem_bytes_per_chip,
+            busy_s_per_req=so * dec.t_stage_s / B,
+            **_energy_columns(dec1.energy_dyn_j, dec.energy_dyn_j, dec1.t_stage_s, dec.t_stage_s, B, so),
         )
-    nf = len(frames)
-    cols = {c: np.concatenate([np.asarray(f[c]) for f in frames]) for c in frames[0] if c != "phase"}
-    cols["phase"] = text_column(np.array([f["phase"][0] for f in frames]), np.repeat(np.arange(nf), len(B)))
-    n = len(B)
-    chips_all = np.tile(chips_g, nf).astype(float)
-    hbm_cap = np.tile(np.broadcast_to(hw_g.hbm_cap, (n,)), nf)
-    static_chip = np.tile(np.broadcast_to(hw_g.static_w, (n,)), nf)
-    chip_code = np.tile(kind_chip[k_idx], nf)
-    price = np.array([ctxs[c].price_usd_per_chip_hour for c in chip_order])[chip_code]
-    emb = np.array([ctxs[c].embodied_kg_per_chip_hour for c in chip_order])[chip_code]
-    busy = cols["busy_s_per_req"]
-    cols["memory_ok"] = cols["mem_bytes_per_chip"] <= hbm_cap
-    cols["bound"] = text_column(BOUNDS, cols["bound"])
-    cols["static_power_w"] = chips_all * static_chip
-    cols["price_usd_per_hour"] = chips_all * price
-    cols["embodied_kg_per_hour"] = chips_all * emb
-    cols["energy_j_per_req"] = cols["dyn_energy_j_per_req"] + cols["static_power_w"] * busy
-    cols["cost_usd_per_req"] = cols["price_usd_per_hour"] / 3600.0 * busy
-    cols["embodied_kg_per_req"] = cols["embodied_kg_per_hour"] / 3600.0 * busy
-    cols["tokens_per_s"] = cols["max_rate_rps"] * np.tile(so, nf)
-    # Keys are built once per (kind, batch, phase) and per bucket, then indexed.
-    kind_key = [k.key for k in kinds_sorted]
-    phase_names = [f["phase"][0] for f in frames]
-    type_keys = np.array(
-        [f"{kk}:b{b}:{ph}" for ph in phase_names for kk in kind_key for b in batch_sizes], dtype=object
+    phase_names = list(frames)
+    nf = len(phase_names)
+    shape = (nf, nk, nb, nB)
+    first = frames[phase_names[0]]
+    extra_float = (
+        "static_power_w",
+        "price_usd_per_hour",
+        "embodied_kg_per_hour",
+        "energy_j_per_req",
+        "cost_usd_per_req",
+        "embodied_kg_per_req",
+        "tokens_per_s",
     )
-    type_idx = np.concatenate([p * nk * nB + k_idx * nB + np.tile(np.arange(nB), nk * nb) for p in range(nf)])
-    vt = type_keys[type_idx]
-    bucket_names = np.array([f"|{b}" for b in buckets["bucket"]], dtype=object)
-    cols["vpod_type"] = vt
-    cols["config_id"] = vt + bucket_names[np.tile(b_idx, nf)]
-    order = [*(c for c in frames[0] if c != "phase"), *(c for c in cols if c not in frames[0])]
-    order.insert(list(frames[0]).index("phase"), "phase")
+    dtypes = {name: v.dtype for name, v in base.items()}
+    dtypes.update({name: np.result_type(*(np.asarray(f[name]) for f in frames.values())) for name in first})
+    dtypes.update({name: np.dtype(float) for name in extra_float})
+    dtypes.update(vpod_type=np.dtype(object), config_id=np.dtype(object))
+    # The columns of one dtype are the rows of one array (a large allocation: fewer page faults)
+    out: dict[str, np.ndarray] = {"bound": np.empty(shape, dtype=dtypes.pop("bound"))}
+    for dt in dict.fromkeys(dtypes.values()):
+        names = [n for n, d in dtypes.items() if d == dt]
+        out.update(zip(names, np.empty((len(names), *shape), dtype=dt), strict=True))
+    for name, v in base.items():
+        out[name][...] = v
+    for p, frame in enumerate(frames.values()):
+        for name, v in frame.items():
+            out[name][p] = v
+    # per-kind numbers as (phase, kind, class, batch)
+    kind4 = (1, nk, 1, 1)
+    chips = (tp * pp).reshape(kind4)
+    price = np.array([ctxs[c].price_usd_per_chip_hour for c in chip_order])[kind_chip].reshape(kind4)
+    emb = np.array([ctxs[c].embodied_kg_per_chip_hour for c in chip_order])[kind_chip].reshape(kind4)
+    memory_ok = out["mem_bytes_per_chip"] <= hw.hbm_cap.reshape(kind4)
+    out["static_power_w"][...] = chips * hw.static_w.reshape(kind4)
+    out["price_usd_per_hour"][...] = chips * price
+    out["embodied_kg_per_hour"][...] = chips * emb
+    busy = out["busy_s_per_req"]
+    np.add(out["dyn_energy_j_per_req"], out["static_power_w"] * busy, out=out["energy_j_per_req"])
+    np.multiply(out["price_usd_per_hour"] / 3600.0, busy, out=out["cost_usd_per_req"])
+    np.multiply(out["embodied_kg_per_hour"] / 3600.0, busy, out=out["embodied_kg_per_req"])
+    np.multiply(out["max_rate_rps"], so.reshape(1, 1, nb, 1), out=out["tokens_per_s"])
+    # Keys are built once per (kind, batch, phase) and per bucket, then broadcast.
+    suffixes = [f":b{b}:{ph}" for ph in phase_names for b in batch_sizes]
+    kind_key = [k.key for k in kinds_sorted]
+    type_keys = np.array(
+        [kk + s for p in range(nf) for kk in kind_key for s in suffixes[p * nB : (p + 1) * nB]], dtype=object
+    ).reshape(nf, nk, 1, nB)
+    bucket_names = np.array([f"|{b}" for b in buckets["bucket"]], dtype=object).reshape(1, 1, nb, 1)
+    out["vpod_type"][...] = type_keys
+    np.add(type_keys, bucket_names, out=out["config_id"])
+    cols = {k: v.reshape(-1) for k, v in out.items()}
+    phase = np.repeat(np.arange(nf), nk * nb * nB)
+    cols["phase"] = text_column(np.array(phase_names), phase)
+    cols["bound"] = text_column(BOUNDS, cols["bound"])
+    cols["memory_ok"] = memory_ok.reshape(-1)
+    order = [*base, "phase", *first, "memory_ok", *extra_float, "vpod_type", "config_id"]
     return _Grid(
         {k: cols[k] for k in order},
-        bucket=np.tile(b_idx, nf),
-        phase=np.repeat(np.arange(nf), len(B)),
+        bucket=np.broadcast_to(np.arange(nb).reshape(1, 1, nb, 1), shape).reshape(-1),
+        phase=phase,
         phases=tuple(phase_names),
-        chip=chip_code,
+        chip=np.broadcast_to(kind_chip.reshape(kind4), shape).reshape(-1),
         chips=tuple(chip_order),
     )
 
@@ -509,21 +492,20 @@ def _energy_columns(
     steps_per_req: np.ndarray | float,
     unbatched_j: np.ndarray | float = 0.0,
     stall_s: np.ndarray | float = 0.0,
-) -> dict[str, np.ndarray]:
+) -> dict[str, np.ndarray | float]:
     """The load-dependent energy columns (``neuscale_opt.energy.ENERGY_COLUMNS``) of a phase whose
     batched step costs ``e_step`` J at ``batch`` and ``e_step_b1`` J with one sequence, done
     ``steps_per_req`` times per request; ``unbatched_j`` is per-request energy outside the batched
-    steps (the colocated batch-1 prefill) and ``stall_s`` the time it stalls the batch."""
+    steps (the colocated batch-1 prefill) and ``stall_s`` the time it stalls the batch. Values
+    broadcast against the grid (the caller writes them into the columns)."""
     fixed = fixed_step_energy_j(e_step_b1, e_step, 1.0, batch)
-    n = np.broadcast_to(np.asarray(batch, dtype=float), np.shape(e_step))
-    steps = np.broadcast_to(np.asarray(steps_per_req, dtype=float), n.shape)
     return {
-        "step_fixed_energy_j": np.broadcast_to(fixed, n.shape).astype(float),
-        "marginal_energy_j_per_req": unbatched_j + steps * (e_step - fixed) / n,
-        "steps_per_req": steps.astype(float),
-        "step_s_b1": np.broadcast_to(np.asarray(t_step_b1, dtype=float), n.shape).astype(float),
-        "step_s": np.broadcast_to(np.asarray(t_step, dtype=float), n.shape).astype(float),
-        "stall_s_per_req": np.broadcast_to(np.asarray(stall_s, dtype=float), n.shape).astype(float),
+        "step_fixed_energy_j": fixed,
+        "marginal_energy_j_per_req": unbatched_j + steps_per_req * (e_step - fixed) / batch,
+        "steps_per_req": steps_per_req,
+        "step_s_b1": t_step_b1,
+        "step_s": t_step,
+        "stall_s_per_req": stall_s,
     }
 
 
@@ -556,43 +538,61 @@ def _dense_rank(x: np.ndarray) -> np.ndarray:
     return r
 
 
+def _order_key(x: np.ndarray) -> np.ndarray:
+    """int64 keys that order and tie as :func:`_dense_rank` ranks floats: ``-0.0`` and ``0.0`` one
+    key, every NaN one key after ``+inf`` (the IEEE bits, negative values' magnitude bits flipped)."""
+    x = np.asarray(x, dtype=float) + 0.0  # -0.0 + 0.0 = 0.0
+    bits = x.view(np.int64)
+    key = np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits)
+    key[np.isnan(x)] = np.iinfo(np.int64).max
+    return key
+
+
 def pareto_front(group: np.ndarray, latency: np.ndarray, *metrics: np.ndarray) -> np.ndarray:
     """The rule of :func:`pareto_mask` on arrays: ``group`` the rows' integer group codes (any
     numbering: the front of a group does not depend on the others); one mask per metric (a tuple
-    when several are given, sharing the group and latency ranks).
+    when several are given, sharing the group and latency order).
 
-    The rows are ordered as the rule orders them - group, latency, metric, position - by one sort
-    of an integer key built from dense ranks (equal values tie exactly), the position its last
-    digit so that the key is unique and any sort gives that order."""
+    In the rule's order - group, latency, metric, position - only the first row of a run of equal
+    (group, latency) can be on the front: the one of least metric, the first in position among
+    equals; it is when its metric is below the least metric of the group's earlier runs (the
+    group's first run always is). So the rows are sorted once by (group, latency) (values as
+    integer keys, :func:`_order_key`: equal values tie exactly) and each metric needs only
+    per-run minima."""
     n = len(group)
     if n == 0:
         empty = np.zeros(0, dtype=bool)
         return empty if len(metrics) == 1 else tuple(empty for _ in metrics)
     group = np.asarray(group, dtype=np.int64)
     g = group - group.min()
-    n_g = int(g.max()) + 1
-    if n_g > n:  # sparse codes: renumber densely
+    if int(g.max()) + 1 > n:  # sparse codes: renumber densely
         g = _dense_rank(group.astype(float))
-        n_g = int(g.max()) + 1
-    lat = _dense_rank(np.asarray(latency, dtype=float))
-    n_lat = int(lat.max()) + 1
-    gl = g * n_lat + lat
-    pos = np.arange(n, dtype=np.int64)
+    lat = _order_key(latency)
+    order = np.argsort(lat)
+    by_group = g[order].astype(np.int16) if int(g.max()) < 2**15 else g[order]  # int16: a radix sort
+    order = order[np.argsort(by_group, kind="stable")]
+    gs, ls = g[order], lat[order]
+    new_run = np.ones(n, dtype=bool)
+    new_run[1:] = (gs[1:] != gs[:-1]) | (ls[1:] != ls[:-1])
+    starts = np.flatnonzero(new_run)
+    run_of_row = np.cumsum(new_run) - 1 if len(starts) < n else None
+    run_group = gs[starts]
+    group_starts = np.flatnonzero(np.concatenate(([True], run_group[1:] != run_group[:-1])))
+    group_ends = np.append(group_starts[1:], len(starts))
     masks = []
     for metric in metrics:
-        m_rank = _dense_rank(np.asarray(metric, dtype=float))
-        n_m = int(m_rank.max()) + 1
-        if n_g * n_lat * n_m * n < 2**63:
-            order = np.argsort((gl * n_m + m_rank) * n + pos)
-        else:  # a key that would overflow: the same order by a lexicographic sort
-            order = np.lexsort((pos, m_rank, lat, g))
-        key = m_rank[order] - g[order] * (n + 1)
-        running = np.minimum.accumulate(key)
-        prev = np.empty_like(running)
-        prev[0] = np.iinfo(np.int64).max
-        prev[1:] = running[:-1]
-        mask = np.empty(n, dtype=bool)
-        mask[order] = key < prev
+        ms = _order_key(metric)[order]
+        if len(starts) == n:  # no two rows of a group share a latency: every run one row
+            run_min, first = ms, order
+        else:
+            run_min = np.minimum.reduceat(ms, starts)
+            first = np.minimum.reduceat(np.where(ms == run_min[run_of_row], order, n), starts)
+        on = np.ones(len(starts), dtype=bool)
+        for a, b in zip(group_starts, group_ends, strict=True):
+            r = run_min[a:b]
+            on[a + 1 : b] = r[1:] < np.minimum.accumulate(r)[:-1]
+        mask = np.zeros(n, dtype=bool)
+        mask[first[on]] = True
         masks.append(mask)
     return masks[0] if len(masks) == 1 else tuple(masks)
 
@@ -664,21 +664,48 @@ def cut_to_horizon(trace: pd.DataFrame, inst: Instance) -> pd.DataFrame:
 #: trace file's SHA-256 and every setting they depend on; at most ``_TRACE_CACHE_SIZE`` entries.
 _TRACE_CACHE: dict[tuple, tuple[pd.DataFrame, pd.DataFrame]] = {}
 _TRACE_CACHE_SIZE = 8
+#: SHA-256 of the trace files hashed last, keyed by path and ``os.stat`` identity (device, inode,
+#: size, modification and change times in ns): a file written again is hashed again.
+_TRACE_DIGESTS: dict[tuple, str] = {}
+#: A file changed less than this long before it is hashed is hashed again on every call: the
+#: kernel's file times are coarse (a clock tick), so two writes inside one tick could share them.
+_TRACE_DIGEST_SETTLED_NS = 2_000_000_000
+
+
+def _trace_digest(path) -> str:
+    """The SHA-256 of the file at ``path``, read through the one reader; kept per (path, device,
+    inode, size, mtime_ns, ctime_ns) once the file has not changed for
+    ``_TRACE_DIGEST_SETTLED_NS``."""
+    import hashlib
+    import os
+    import time
+
+    from neuscale_opt.readers import read_bytes
+
+    try:
+        st = os.stat(path)
+    except OSError:  # the reader says what is wrong
+        st = None
+    key = None if st is None else (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    digest = _TRACE_DIGESTS.get(key) if key is not None else None
+    if digest is None:
+        digest = hashlib.sha256(read_bytes(path, str(path))).hexdigest()
+        if key is not None and time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _TRACE_DIGEST_SETTLED_NS:
+            if len(_TRACE_DIGESTS) >= _TRACE_CACHE_SIZE:
+                _TRACE_DIGESTS.pop(next(iter(_TRACE_DIGESTS)))
+            _TRACE_DIGESTS[key] = digest
+    return digest
 
 
 def _trace_key(inst: Instance) -> tuple:
     """What the classes and demand of a trace instance are a function of: the trace file's bytes
-    (hashed; read through the one reader, so a changed file is a new key) and the workload and
-    epoch settings."""
-    import hashlib
-
-    from neuscale_opt.readers import read_bytes
+    (their hash, :func:`_trace_digest`: a changed file is a new key) and the workload and epoch
+    settings."""
     from neuscale_opt.traces.loaders import resolve_path
 
     w = inst.workload
     path = resolve_path(w.trace.path, inst.base_dir)
-    digest = hashlib.sha256(read_bytes(path, str(path))).hexdigest()
-    return (str(path), digest, w.model_dump_json(), inst.epochs.model_dump_json())
+    return (str(path), _trace_digest(path), w.model_dump_json(), inst.epochs.model_dump_json())
 
 
 def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -752,6 +779,15 @@ def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame)
     the named ``reference_shape`` of ``reference_chip``, or its smallest slice that holds the model
     at the longest class context, with tp = all its chips and pp = 1 (a GPU vPod of several nodes:
     tp = one node, pp = the nodes)."""
+    ref, name = _reference(inst, model, buckets)
+    out = pd.DataFrame({"bucket": buckets["bucket"].to_numpy(), **ref})
+    out.attrs["reference"] = name
+    return out
+
+
+def _reference(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple[dict[str, np.ndarray], str]:
+    """The columns ``ref_ttft_s``, ``ref_tpot_s``, ``ref_e2e_s`` of :func:`reference_latencies` (one
+    value per class) and the reference configuration's name."""
     chip = get_chip(inst.slo.reference_chip, where="slo.reference_chip")
     ctx = chip_context(inst, chip.name)
     if inst.slo.reference_shape is not None:
@@ -759,7 +795,9 @@ def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame)
         shapes = [shape]
     else:
         shapes = slice_shapes(chip, chip.pod_chips * (4 if chip.topology == "switched" else 1))
-    max_ctx = float((buckets["input_tokens"] + buckets["output_tokens"]).max())
+    s_in = buckets["input_tokens"].to_numpy(dtype=float)
+    s_out = buckets["output_tokens"].to_numpy(dtype=float)
+    max_ctx = float((s_in + s_out).max())
     for shape in shapes:
         n = math.prod(shape)
         nodes = vpod_nodes(chip, n)
@@ -768,24 +806,18 @@ def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame)
             continue
         tp, pp = par[-1][0], nodes
         hw = for_slice(ctx.hw, chip, shape, tp)
-        s_in = buckets["input_tokens"].to_numpy(dtype=float)
-        s_out = buckets["output_tokens"].to_numpy(dtype=float)
         dec = step_cost(
             model, hw, tp, pp, 1, 1.0, 1.0, s_in + s_out / 2.0, mem_context=np.full_like(s_in, max_ctx), nodes=nodes
         )
         if not bool(np.all(dec.mem_bytes_per_chip <= hw.hbm_cap)):
             continue
         pre = step_cost(model, hw, tp, pp, 1, 1.0, s_in, 0.0, nodes=nodes)
-        out = pd.DataFrame(
-            {
-                "bucket": buckets["bucket"].to_numpy(),
-                "ref_ttft_s": pre.latency_s,
-                "ref_tpot_s": dec.latency_s,
-                "ref_e2e_s": pre.latency_s + s_out * dec.latency_s,
-            }
-        )
-        out.attrs["reference"] = f"{chip.name}:{'x'.join(map(str, shape))}:tp{tp}" + (f"pp{pp}" if pp > 1 else "")
-        return out
+        ref = {
+            "ref_ttft_s": pre.latency_s,
+            "ref_tpot_s": dec.latency_s,
+            "ref_e2e_s": pre.latency_s + s_out * dec.latency_s,
+        }
+        return ref, f"{chip.name}:{'x'.join(map(str, shape))}:tp{tp}" + (f"pp{pp}" if pp > 1 else "")
     raise InputError(
         f"no slice of {chip.name} holds {model.name} for the SLO reference; choose another reference_chip",
         where="slo.reference_chip",
@@ -802,11 +834,12 @@ def apply_slo(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple[
             if v is not None:
                 b[col] = b[col].fillna(v)
         return b, "absolute"
-    ref = reference_latencies(inst, model, buckets)
+    ref, name = _reference(inst, model, buckets)
     for m in inst.slo.metrics:
         col = f"{m}_slo_s"
-        b[col] = b[col].fillna(pd.Series(inst.slo.multiplier * ref[f"ref_{m}_s"].to_numpy(), index=b.index))
-    return b, f"{inst.slo.multiplier:g}x single-request latency on {ref.attrs['reference']}"
+        given = b[col].to_numpy(dtype=float)
+        b[col] = np.where(np.isnan(given), inst.slo.multiplier * ref[f"ref_{m}_s"], given)
+    return b, f"{inst.slo.multiplier:g}x single-request latency on {name}"
 
 
 def effective_model(inst: Instance) -> ModelSpec:
@@ -836,8 +869,9 @@ class CandidateSet:
 def context_notes(model: ModelSpec, buckets: pd.DataFrame) -> tuple[str, ...]:
     """Warnings about classes longer than the model's context window (still evaluated: the
     roofline does not depend on the position encoding, but the served model may refuse them)."""
-    total = buckets["input_tokens"] + buckets["output_tokens"]
-    long = buckets.loc[total > model.max_context, "bucket"].astype(str).tolist()
+    total = buckets["input_tokens"].to_numpy() + buckets["output_tokens"].to_numpy()
+    names = buckets["bucket"].to_numpy()
+    long = [str(names[i]) for i in np.flatnonzero(total > model.max_context)]
     if not long:
         return ()
     return (

@@ -412,7 +412,9 @@ class EnergySpec:
     source: str
 
 
+@cache
 def _neusim_config(name: str) -> dict:
+    """A shipped NeuSim chip configuration (read once; callers only read it)."""
     with _data_path(f"neusim/{name}").open("r", encoding="utf-8") as fh:
         return json.load(fh)
 

@@ -262,3 +262,55 @@ def test_pareto_front_of_several_metrics_with_ties_equals_brute_force():
             twin_before = np.any(same_g[:i] & (lat[:i] == lat[i]) & (val[:i] == val[i]))
             assert mask[i] == (not dominated and not twin_before)
     assert pareto_front(group, lat, metrics[0]).tolist() == fronts[0].tolist()
+
+
+def test_trace_hash_is_kept_per_file_identity_and_redone_when_the_file_changes(tmp_path, monkeypatch):
+    import hashlib
+
+    import neuscale_opt.candidates as cand
+    import neuscale_opt.readers as readers
+
+    reads = []
+    real = readers.read_bytes
+    monkeypatch.setattr(readers, "read_bytes", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(cand, "_TRACE_DIGESTS", {})
+    path = tmp_path / "t.csv"
+    # a file written just now is hashed on every call: a second write in the same clock tick, of
+    # the same size, could leave its size and times unchanged
+    path.write_bytes(b"a,b\n1,2\n")
+    assert cand._trace_digest(path) == hashlib.sha256(b"a,b\n1,2\n").hexdigest()
+    path.write_bytes(b"a,b\n3,4\n")
+    assert cand._trace_digest(path) == hashlib.sha256(b"a,b\n3,4\n").hexdigest()
+    assert len(reads) == 2
+    # a settled file is hashed once per (size, times, inode); a rewrite is a new key
+    monkeypatch.setattr(cand, "_TRACE_DIGEST_SETTLED_NS", -1)
+    assert cand._trace_digest(path) == hashlib.sha256(b"a,b\n3,4\n").hexdigest()
+    assert cand._trace_digest(path) == hashlib.sha256(b"a,b\n3,4\n").hexdigest()
+    assert len(reads) == 3
+    path.write_bytes(b"a,b\n5,6\n7,8\n")
+    assert cand._trace_digest(path) == hashlib.sha256(b"a,b\n5,6\n7,8\n").hexdigest()
+    assert len(reads) == 4
+
+
+def test_pareto_front_with_nan_inf_and_signed_zeros_equals_brute_force():
+    # the rule's order: group, latency, metric, position; NaN after every number (NaNs tie), -0.0 == 0.0
+    from neuscale_opt.candidates import pareto_front
+
+    rng = np.random.default_rng(11)
+    pool = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 2.5])
+    for _ in range(20):
+        n = int(rng.integers(1, 120))
+        group = rng.choice([3, 5, 900], size=n)
+        lat, metric = rng.choice(pool, size=n), rng.choice(pool, size=n)
+
+        def key(v):
+            return (1, 0.0) if np.isnan(v) else (0, v)
+
+        mask = pareto_front(group, lat, metric)
+        for i in range(n):
+            earlier = [
+                j
+                for j in range(n)
+                if group[j] == group[i] and (key(lat[j]), key(metric[j]), j) < (key(lat[i]), key(metric[i]), i)
+            ]
+            assert mask[i] == all(key(metric[j]) > key(metric[i]) for j in earlier)
