@@ -46,6 +46,20 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
     ``alloc/`` at most 1 (``fleet`` not measured: its plan did not finish in 12 min at load 7-9).
     Default work limit 20,000 nodes: 3.4x the largest need.
 
+    Where the default plan's time goes (2026-12-01, load 1-2.4, single runs): it is the root node of
+    each window, not the search. With ``--node-limit 1`` the plan still took 77.7 s of solves
+    (windows 14.5, 0.2, 16.3, 18.1, 12.4, 7.3, 4.7, 3.7, then 0.0-0.2 s), against about 85 s
+    without it. Window 2, read back from ``--save-mps`` (2,111 rows after presolve), solved in highspy:
+    12.1 s for 1 node, its first round of cuts 5.1 s (10,287 cuts in the pool). HiGHS options on
+    that model, seconds (default 12.3): ``mip_heuristic_effort`` 0 13.3, ``mip_detect_symmetry``
+    off 14.5, ``mip_allow_restart`` off 14.4, ``mip_pool_soft_limit`` 1000 12.3,
+    ``mip_root_heuristic_effort_limit`` 0 13.9, ``user_objective_scale`` -15/-20/-24 18.5/22.4/17.6
+    (HiGHS warns of costs up to 2e10, the unserved penalty), ``mip_lifting_for_probing`` 0 15.2,
+    RINS and RENS off 13.8, ``mip_lp_solver`` simplex 20.4, feasibility jump off 9.8 (it changes
+    which of equal-cost optima is returned elsewhere, so it is not used); unserved demand fixed to 0
+    15.7. No option brings a window near the 10-s target of the whole plan: what is left is the
+    formulation's root (fewer, tighter rows), not solver settings.
+
 Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
 the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
 """
