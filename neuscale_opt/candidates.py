@@ -785,18 +785,35 @@ def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame)
     return out
 
 
-def _reference(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple[dict[str, np.ndarray], str]:
+def _reference(
+    inst: Instance, model: ModelSpec, buckets: pd.DataFrame, ctxs: dict[str, ChipContext] | None = None
+) -> tuple[dict[str, np.ndarray], str]:
     """The columns ``ref_ttft_s``, ``ref_tpot_s``, ``ref_e2e_s`` of :func:`reference_latencies` (one
-    value per class) and the reference configuration's name."""
+    value per class) and the reference configuration's name. ``ctxs`` the chip settings already
+    made for the fleet (the reference chip's is made here when it is not among them)."""
     chip = get_chip(inst.slo.reference_chip, where="slo.reference_chip")
-    ctx = chip_context(inst, chip.name)
-    if inst.slo.reference_shape is not None:
-        shape = tuple(int(x) for x in inst.slo.reference_shape.split("x"))
-        shapes = [shape]
-    else:
-        shapes = slice_shapes(chip, chip.pod_chips * (4 if chip.topology == "switched" else 1))
+    ctx = ctxs[chip.name] if ctxs is not None and chip.name in ctxs else chip_context(inst, chip.name)
     s_in = buckets["input_tokens"].to_numpy(dtype=float)
     s_out = buckets["output_tokens"].to_numpy(dtype=float)
+    # the reference is a function of these alone: the chip's settings (calibration, derate, energy
+    # profile, usable HBM) all enter through its hardware numbers
+    hw_bits = np.array([getattr(ctx.hw, f) for f in HwRows.__dataclass_fields__], dtype=float).tobytes()
+    ref, name = _reference_of(model, chip, inst.slo.reference_shape, hw_bits, s_in.tobytes(), s_out.tobytes())
+    return {k: v.copy() for k, v in ref.items()}, name
+
+
+@lru_cache(maxsize=32)
+def _reference_of(
+    model: ModelSpec, chip: ChipSpec, reference_shape: str | None, hw_bits: bytes, s_in_bits: bytes, s_out_bits: bytes
+) -> tuple[dict[str, np.ndarray], str]:
+    """:func:`_reference` on its inputs (the hardware numbers of :class:`HwRows` and the classes'
+    token counts as float64 bytes); the last few are kept."""
+    hw0 = HwRows(**dict(zip(HwRows.__dataclass_fields__, np.frombuffer(hw_bits), strict=True)))
+    s_in, s_out = np.frombuffer(s_in_bits).copy(), np.frombuffer(s_out_bits).copy()
+    if reference_shape is not None:
+        shapes = [tuple(int(x) for x in reference_shape.split("x"))]
+    else:
+        shapes = slice_shapes(chip, chip.pod_chips * (4 if chip.topology == "switched" else 1))
     max_ctx = float((s_in + s_out).max())
     for shape in shapes:
         n = math.prod(shape)
@@ -805,7 +822,7 @@ def _reference(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple
         if not par:
             continue
         tp, pp = par[-1][0], nodes
-        hw = for_slice(ctx.hw, chip, shape, tp)
+        hw = for_slice(hw0, chip, shape, tp)
         dec = step_cost(
             model, hw, tp, pp, 1, 1.0, 1.0, s_in + s_out / 2.0, mem_context=np.full_like(s_in, max_ctx), nodes=nodes
         )
@@ -817,6 +834,8 @@ def _reference(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple
             "ref_tpot_s": dec.latency_s,
             "ref_e2e_s": pre.latency_s + s_out * dec.latency_s,
         }
+        for v in ref.values():
+            v.flags.writeable = False
         return ref, f"{chip.name}:{'x'.join(map(str, shape))}:tp{tp}" + (f"pp{pp}" if pp > 1 else "")
     raise InputError(
         f"no slice of {chip.name} holds {model.name} for the SLO reference; choose another reference_chip",
@@ -824,8 +843,11 @@ def _reference(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple
     )
 
 
-def apply_slo(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """Fill the buckets' SLO targets (per-class values given in the file win)."""
+def apply_slo(
+    inst: Instance, model: ModelSpec, buckets: pd.DataFrame, ctxs: dict[str, ChipContext] | None = None
+) -> tuple[pd.DataFrame, str]:
+    """Fill the buckets' SLO targets (per-class values given in the file win); ``ctxs`` as for
+    :func:`_reference`."""
     b = buckets.copy()
     if inst.slo.mode == "absolute":
         targets = {"ttft": inst.slo.ttft_s, "tpot": inst.slo.tpot_s, "e2e": inst.slo.e2e_s}
@@ -834,7 +856,7 @@ def apply_slo(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple[
             if v is not None:
                 b[col] = b[col].fillna(v)
         return b, "absolute"
-    ref, name = _reference(inst, model, buckets)
+    ref, name = _reference(inst, model, buckets, ctxs)
     for m in inst.slo.metrics:
         col = f"{m}_slo_s"
         given = b[col].to_numpy(dtype=float)
@@ -886,7 +908,7 @@ def candidates(inst: Instance) -> CandidateSet:
     ctxs = {c: chip_context(inst, c) for c in inst.chip_names}
     _check_chip_numbers(inst, ctxs)
     buckets, demand = instance_buckets_and_demand(inst)
-    buckets, slo_note = apply_slo(inst, model, buckets)
+    buckets, slo_note = apply_slo(inst, model, buckets, ctxs)
     kinds = [k for c in inst.chip_names for k in vpod_kinds(model, ctxs[c].chip, inst.search.max_chips_per_vpod)]
     grid = _grid_columns(model, ctxs, kinds, buckets, inst.search.batch_sizes, inst.search.phases)
     if grid is None:
