@@ -198,8 +198,14 @@ def _check_chip_numbers(inst: Instance, ctxs: dict[str, ChipContext]) -> None:
 
 
 def _kinds_arrays(kinds: list[VpodKind]) -> dict[str, np.ndarray]:
-    """The kinds' fields as columns (numpy arrays, text as objects), one row per kind."""
-    return {
+    """The kinds' fields as columns (numpy arrays, text as objects; ``key`` the kinds' keys), one
+    row per kind. Read-only: the columns of the last few kind lists are kept."""
+    return _kinds_columns(tuple(kinds))
+
+
+@lru_cache(maxsize=16)
+def _kinds_columns(kinds: tuple[VpodKind, ...]) -> dict[str, np.ndarray]:
+    out = {
         "chip": np.array([k.chip for k in kinds], dtype=object),
         "shape": np.array([k.shape_str for k in kinds], dtype=object),
         "chips_per_vpod": np.array([k.chips for k in kinds], dtype=np.int64),
@@ -213,7 +219,30 @@ def _kinds_arrays(kinds: list[VpodKind]) -> dict[str, np.ndarray]:
         "ar_hops": np.array([k.ar_hops for k in kinds], dtype=float),
         "a2a_hops": np.array([k.a2a_hops for k in kinds], dtype=float),
         "attn_dp": np.array([k.attn_dp for k in kinds], dtype=bool),
+        "key": np.array([k.key for k in kinds], dtype=object),
     }
+    for v in out.values():
+        v.flags.writeable = False
+    return out
+
+
+@lru_cache(maxsize=4)
+def _config_keys(
+    kind_keys: tuple[str, ...], phases: tuple[str, ...], batch_sizes: tuple[int, ...], bucket_keys: tuple[str, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``vpod_type`` (phase, kind, 1, batch) and ``config_id`` (phase, kind, class, batch) of the
+    grid: ``kind:b<batch>:<phase>`` and that followed by ``|<class>`` (``bucket_keys``). Built once
+    per (kind, batch, phase) and per class, then broadcast; the last few grids' are kept
+    (read-only)."""
+    nf, nk, nb, nB = len(phases), len(kind_keys), len(bucket_keys), len(batch_sizes)
+    suffixes = [f":b{b}:{ph}" for ph in phases for b in batch_sizes]
+    type_keys = np.array(
+        [kk + s for p in range(nf) for kk in kind_keys for s in suffixes[p * nB : (p + 1) * nB]], dtype=object
+    ).reshape(nf, nk, 1, nB)
+    config_id = np.add(type_keys, np.array(bucket_keys, dtype=object).reshape(1, 1, nb, 1))
+    type_keys.flags.writeable = False
+    config_id.flags.writeable = False
+    return type_keys, config_id
 
 
 def evaluate_grid(
@@ -444,15 +473,11 @@ def _grid_columns(
     np.multiply(out["price_usd_per_hour"] / 3600.0, busy, out=out["cost_usd_per_req"])
     np.multiply(out["embodied_kg_per_hour"] / 3600.0, busy, out=out["embodied_kg_per_req"])
     np.multiply(out["max_rate_rps"], so.reshape(1, 1, nb, 1), out=out["tokens_per_s"])
-    # Keys are built once per (kind, batch, phase) and per bucket, then broadcast.
-    suffixes = [f":b{b}:{ph}" for ph in phase_names for b in batch_sizes]
-    kind_key = [k.key for k in kinds_sorted]
-    type_keys = np.array(
-        [kk + s for p in range(nf) for kk in kind_key for s in suffixes[p * nB : (p + 1) * nB]], dtype=object
-    ).reshape(nf, nk, 1, nB)
-    bucket_names = np.array([f"|{b}" for b in buckets["bucket"]], dtype=object).reshape(1, 1, nb, 1)
+    type_keys, config_id = _config_keys(
+        tuple(kf["key"]), tuple(phase_names), tuple(batch_sizes), tuple(f"|{b}" for b in buckets["bucket"])
+    )
     out["vpod_type"][...] = type_keys
-    np.add(type_keys, bucket_names, out=out["config_id"])
+    out["config_id"][...] = config_id
     cols = {k: v.reshape(-1) for k, v in out.items()}
     phase = np.repeat(np.arange(nf), nk * nb * nB)
     cols["phase"] = text_column(np.array(phase_names), phase)
@@ -473,14 +498,27 @@ def text_column(values: np.ndarray, codes: np.ndarray):
     """``values[codes]`` as the text column pandas makes of an array of those strings (Arrow-backed
     strings on pandas 3, objects on pandas 2), built by a take of the few distinct values instead
     of converting every string of the grid."""
-    probe = pd.Series(list(values))
+    dtype, distinct = _text_values(tuple((type(v), v) for v in values))
+    if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
+        import pyarrow as pa
+
+        return pd.array(distinct.take(pa.array(codes)), dtype=dtype)
+    return distinct[codes]
+
+
+@lru_cache(maxsize=64)
+def _text_values(typed_values: tuple[tuple[type, object], ...]) -> tuple[object, object]:
+    """The dtype pandas gives a column of these values and the values in it (one Arrow array, or a
+    read-only object array); keyed with each value's type (pandas 2 keeps the objects)."""
+    probe = pd.Series([v for _, v in typed_values])
     dtype = probe.dtype
     if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
         import pyarrow as pa
 
-        taken = pa.chunked_array(probe.array.__arrow_array__()).combine_chunks().take(pa.array(codes))
-        return pd.array(taken, dtype=dtype)
-    return probe.to_numpy(dtype=object)[codes]
+        return dtype, pa.chunked_array(probe.array.__arrow_array__()).combine_chunks()
+    arr = probe.to_numpy(dtype=object)
+    arr.flags.writeable = False
+    return dtype, arr
 
 
 def _energy_columns(

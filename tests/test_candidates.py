@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import tomllib
 from pathlib import Path
 
@@ -394,3 +395,36 @@ def test_slo_reference_follows_every_input_it_depends_on():
     assert _reference_of.cache_info().hits >= len(variants)
     # every variant changes the reference but the energy profile (not a latency input)
     assert len(set(seen.values())) == len(variants) - 1
+
+
+def test_config_ids_follow_the_classes_batches_and_kinds_of_each_call():
+    """The kinds' columns and the config ids are kept between calls: renamed classes, other batch
+    sizes, phases or a larger vPod limit give the new ids, each written out by hand from the row's
+    columns."""
+    d = tomllib.loads((INSTANCES / "small.toml").read_text())
+    runs = [d]
+    for change in (
+        lambda x: x["workload"]["classes"][0].update(name="tiny"),
+        lambda x: x["search"].update(batch_sizes=[1, 3, 16]),
+        lambda x: x["search"].update(phases=["prefill", "decode"]),
+        lambda x: x["search"].update(max_chips_per_vpod=8),
+    ):
+        nxt = copy.deepcopy(runs[-1])
+        change(nxt)
+        if "demand" in nxt["workload"]:
+            for row in nxt["workload"]["demand"]:
+                row["bucket"] = "tiny" if row["bucket"] == "short" else row["bucket"]
+        runs.append(nxt)
+    for d in runs + runs:
+        inst = parse_instance(d)
+        t = candidates(inst).table
+        kind = t["chip"] + ":" + t["shape"] + ":tp" + t["tp"].astype(str) + "pp" + t["pp"].astype(str)
+        kind = kind + "ep" + t["ep"].astype(str)
+        vpod = kind + ":b" + t["batch"].astype(str) + ":" + t["phase"].astype(str)
+        assert list(t["vpod_type"]) == list(vpod)
+        assert list(t["config_id"]) == list(vpod + "|" + t["bucket"].astype(str))
+        assert set(t["bucket"]) == {c["name"] for c in d["workload"]["classes"]}
+        assert set(t["batch"]) == set(d["search"].get("batch_sizes", t["batch"].unique()))
+        assert set(t["phase"]) == set(d["search"].get("phases", ("colocated", "prefill", "decode")))
+        assert t["chips_per_vpod"].max() <= d["search"]["max_chips_per_vpod"]
+        assert t["config_id"].is_unique
