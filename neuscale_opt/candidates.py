@@ -360,6 +360,7 @@ def _grid_columns(
         if "prefill" in want:
             pre = cut(pre_all, searched)
 
+    bucket_names = buckets["bucket"].to_numpy()
     base = {
         "chip": kf["chip"].reshape(per_kind),
         "shape": kf["shape"].reshape(per_kind),
@@ -369,7 +370,7 @@ def _grid_columns(
         "ep": kf["ep"].reshape(per_kind),
         "wraparound": kf["wraparound"].reshape(per_kind),
         "batch": B.astype(np.int64),
-        "bucket": buckets["bucket"].to_numpy().reshape(1, nb, 1),
+        "bucket": bucket_names.reshape(1, nb, 1),
         "kv_bytes_per_req": si * model.kv_bytes_per_token,
     }
     frames: dict[str, dict] = {}
@@ -474,7 +475,7 @@ def _grid_columns(
     np.multiply(out["embodied_kg_per_hour"] / 3600.0, busy, out=out["embodied_kg_per_req"])
     np.multiply(out["max_rate_rps"], so.reshape(1, 1, nb, 1), out=out["tokens_per_s"])
     type_keys, config_id = _config_keys(
-        tuple(kf["key"]), tuple(phase_names), tuple(batch_sizes), tuple(f"|{b}" for b in buckets["bucket"])
+        tuple(kf["key"]), tuple(phase_names), tuple(batch_sizes), tuple(f"|{b}" for b in bucket_names)
     )
     out["vpod_type"][...] = type_keys
     out["config_id"][...] = config_id
