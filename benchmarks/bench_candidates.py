@@ -21,8 +21,9 @@ What is timed, per instance:
   and bucketed again (what one ``neuscale-opt plan`` run pays once).
 
 Measured 2026-12-02 (00:25 UTC) on the shared 2-core machine, pandas 3.1.1, integ's code
-(``c85f401``) and this code alternated, five rounds of 7 warm runs each, load 1.7-1.8, points per
-CPU-second (``e2e``; median of the rounds, their range in brackets):
+(``e653c30``; its roofline and candidates as at ``c85f401``) and this code alternated, five
+rounds of 7 warm runs each, load 1.7-1.8, points per CPU-second (``e2e``; median of the rounds,
+their range in brackets):
 
 ===========  =======  ======================  ======================  ======================
 instance     points   integ e2e               this e2e                this grid
