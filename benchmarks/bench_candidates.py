@@ -20,27 +20,29 @@ What is timed, per instance:
 * ``cold trace``: the same call with both caches emptied first: the trace is read, hashed, scaled
   and bucketed again (what one ``neuscale-opt plan`` run pays once).
 
-Measured 2026-12-02 (00:00 UTC) on the shared 2-core machine, pandas 3.1.1, main's code
-(``768a1dd``) and this code interleaved, three rounds of 5 warm runs each, load 1.4-1.6, points
-per CPU-second (``e2e``; ``grid`` the kernel alone):
+Measured 2026-12-02 (00:25 UTC) on the shared 2-core machine, pandas 3.1.1, integ's code
+(``e653c30``; its roofline and candidates as at ``c85f401``) and this code alternated, five
+rounds of 7 warm runs each, load 1.7-1.8, points per CPU-second (``e2e``; median of the rounds,
+their range in brackets):
 
-===========  =======  ===================  ===================  ==================  =================
-instance     points   main e2e             this e2e             main grid           this grid
-===========  =======  ===================  ===================  ==================  =================
-default      16,524   0.55-0.60 M          0.87-1.12 M          0.85-0.99 M         1.48-1.59 M
-bench-grid   179,280  1.02-1.52 M          1.68-2.11 M          1.36-1.56 M         2.30-2.56 M
-===========  =======  ===================  ===================  ==================  =================
+===========  =======  ======================  ======================  ======================
+instance     points   integ e2e               this e2e                this grid
+===========  =======  ======================  ======================  ======================
+default      16,524   1.14 M (0.94-1.49)      2.21 M (1.45-2.24)      2.90 M (1.54-3.31)
+bench-grid   179,280  2.35 M (1.85-2.56)      3.07 M (2.44-3.43)      3.82 M (3.03-4.61)
+===========  =======  ======================  ======================  ======================
 
-Cold trace (default): 0.12-0.13 -> 0.14-0.18 M. On pandas 2.3.3 (load 1.3-1.4): default 0.57-0.58
--> 0.88-0.89 M, bench-grid 1.18-1.19 -> 1.73-1.95 M. What changed: the roofline on a broadcast
-(kind, class, batch) grid with each column written once into one array per dtype (large
-allocations get huge pages: 24,000 -> 11,500 page faults per bench-grid call), the batch-1 steps
-from the same evaluation, Pareto flags from one sort, text columns wrapped without pandas 3's
-copy, and the fixed parts (trace hash, NeuSim configs, kinds, notes, SLO fill) kept or done in
-numpy. Tables and coefficients are identical to main's (hashes of every shipped roofline
-instance's, the bench grid's and 18 variants', on pandas 3 and 2). The 1.5 M target is met on bench-grid, not
-on the default: its call takes 15-19 ms CPU (11 ms at the target), of which the grid about 8
-(roofline 2, the 16,524 config ids 1), the SLO reference 1.4, the table 1, the Pareto flags 0.8.
+A warm default call takes 7.5 ms (median; 7.4-11.4 ms over the rounds, integ's 11.1-17.6), within
+the 11 ms of the 1.5 M target in four rounds of five. What changed: the SLO reference latencies
+are kept per (model, reference chip and shape, the chip's hardware numbers, class token counts);
+the kinds' columns, the ``vpod_type`` and ``config_id`` strings and the text columns' distinct
+values are kept for the last few grids (read-only); the roofline step finds the binding roof by
+comparisons and skips the data-parallel attention layout's values when no row uses it. Tables,
+classes, demand, notes and coefficients are identical to integ's (hashes of the default, the
+bench grid, every ``instances/*.toml`` and MLA, MoE and multi-node GPU grids). Left per call: the
+grid about 4.5 ms (roofline steps 1.5), the table 1, the Pareto flags 0.4, the trace copies 0.2.
+Earlier (2026-12-02 00:00, against ``768a1dd``, load 1.4-1.6): default 0.55-0.60 -> 0.87-1.12 M,
+bench-grid 1.02-1.52 -> 1.68-2.11 M.
 """
 
 from __future__ import annotations

@@ -198,8 +198,14 @@ def _check_chip_numbers(inst: Instance, ctxs: dict[str, ChipContext]) -> None:
 
 
 def _kinds_arrays(kinds: list[VpodKind]) -> dict[str, np.ndarray]:
-    """The kinds' fields as columns (numpy arrays, text as objects), one row per kind."""
-    return {
+    """The kinds' fields as columns (numpy arrays, text as objects; ``key`` the kinds' keys), one
+    row per kind. Read-only: the columns of the last few kind lists are kept."""
+    return _kinds_columns(tuple(kinds))
+
+
+@lru_cache(maxsize=16)
+def _kinds_columns(kinds: tuple[VpodKind, ...]) -> dict[str, np.ndarray]:
+    out = {
         "chip": np.array([k.chip for k in kinds], dtype=object),
         "shape": np.array([k.shape_str for k in kinds], dtype=object),
         "chips_per_vpod": np.array([k.chips for k in kinds], dtype=np.int64),
@@ -213,7 +219,30 @@ def _kinds_arrays(kinds: list[VpodKind]) -> dict[str, np.ndarray]:
         "ar_hops": np.array([k.ar_hops for k in kinds], dtype=float),
         "a2a_hops": np.array([k.a2a_hops for k in kinds], dtype=float),
         "attn_dp": np.array([k.attn_dp for k in kinds], dtype=bool),
+        "key": np.array([k.key for k in kinds], dtype=object),
     }
+    for v in out.values():
+        v.flags.writeable = False
+    return out
+
+
+@lru_cache(maxsize=4)
+def _config_keys(
+    kind_keys: tuple[str, ...], phases: tuple[str, ...], batch_sizes: tuple[int, ...], bucket_keys: tuple[str, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``vpod_type`` (phase, kind, 1, batch) and ``config_id`` (phase, kind, class, batch) of the
+    grid: ``kind:b<batch>:<phase>`` and that followed by ``|<class>`` (``bucket_keys``). Built once
+    per (kind, batch, phase) and per class, then broadcast; the last few grids' are kept
+    (read-only)."""
+    nf, nk, nb, nB = len(phases), len(kind_keys), len(bucket_keys), len(batch_sizes)
+    suffixes = [f":b{b}:{ph}" for ph in phases for b in batch_sizes]
+    type_keys = np.array(
+        [kk + s for p in range(nf) for kk in kind_keys for s in suffixes[p * nB : (p + 1) * nB]], dtype=object
+    ).reshape(nf, nk, 1, nB)
+    config_id = np.add(type_keys, np.array(bucket_keys, dtype=object).reshape(1, 1, nb, 1))
+    type_keys.flags.writeable = False
+    config_id.flags.writeable = False
+    return type_keys, config_id
 
 
 def evaluate_grid(
@@ -331,6 +360,7 @@ def _grid_columns(
         if "prefill" in want:
             pre = cut(pre_all, searched)
 
+    bucket_names = buckets["bucket"].to_numpy()
     base = {
         "chip": kf["chip"].reshape(per_kind),
         "shape": kf["shape"].reshape(per_kind),
@@ -340,7 +370,7 @@ def _grid_columns(
         "ep": kf["ep"].reshape(per_kind),
         "wraparound": kf["wraparound"].reshape(per_kind),
         "batch": B.astype(np.int64),
-        "bucket": buckets["bucket"].to_numpy().reshape(1, nb, 1),
+        "bucket": bucket_names.reshape(1, nb, 1),
         "kv_bytes_per_req": si * model.kv_bytes_per_token,
     }
     frames: dict[str, dict] = {}
@@ -444,15 +474,11 @@ def _grid_columns(
     np.multiply(out["price_usd_per_hour"] / 3600.0, busy, out=out["cost_usd_per_req"])
     np.multiply(out["embodied_kg_per_hour"] / 3600.0, busy, out=out["embodied_kg_per_req"])
     np.multiply(out["max_rate_rps"], so.reshape(1, 1, nb, 1), out=out["tokens_per_s"])
-    # Keys are built once per (kind, batch, phase) and per bucket, then broadcast.
-    suffixes = [f":b{b}:{ph}" for ph in phase_names for b in batch_sizes]
-    kind_key = [k.key for k in kinds_sorted]
-    type_keys = np.array(
-        [kk + s for p in range(nf) for kk in kind_key for s in suffixes[p * nB : (p + 1) * nB]], dtype=object
-    ).reshape(nf, nk, 1, nB)
-    bucket_names = np.array([f"|{b}" for b in buckets["bucket"]], dtype=object).reshape(1, 1, nb, 1)
+    type_keys, config_id = _config_keys(
+        tuple(kf["key"]), tuple(phase_names), tuple(batch_sizes), tuple(f"|{b}" for b in bucket_names)
+    )
     out["vpod_type"][...] = type_keys
-    np.add(type_keys, bucket_names, out=out["config_id"])
+    out["config_id"][...] = config_id
     cols = {k: v.reshape(-1) for k, v in out.items()}
     phase = np.repeat(np.arange(nf), nk * nb * nB)
     cols["phase"] = text_column(np.array(phase_names), phase)
@@ -473,14 +499,27 @@ def text_column(values: np.ndarray, codes: np.ndarray):
     """``values[codes]`` as the text column pandas makes of an array of those strings (Arrow-backed
     strings on pandas 3, objects on pandas 2), built by a take of the few distinct values instead
     of converting every string of the grid."""
-    probe = pd.Series(list(values))
+    dtype, distinct = _text_values(tuple((type(v), v) for v in values))
+    if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
+        import pyarrow as pa
+
+        return pd.array(distinct.take(pa.array(codes)), dtype=dtype)
+    return distinct[codes]
+
+
+@lru_cache(maxsize=64)
+def _text_values(typed_values: tuple[tuple[type, object], ...]) -> tuple[object, object]:
+    """The dtype pandas gives a column of these values and the values in it (one Arrow array, or a
+    read-only object array); keyed with each value's type (pandas 2 keeps the objects)."""
+    probe = pd.Series([v for _, v in typed_values])
     dtype = probe.dtype
     if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
         import pyarrow as pa
 
-        taken = pa.chunked_array(probe.array.__arrow_array__()).combine_chunks().take(pa.array(codes))
-        return pd.array(taken, dtype=dtype)
-    return probe.to_numpy(dtype=object)[codes]
+        return dtype, pa.chunked_array(probe.array.__arrow_array__()).combine_chunks()
+    arr = probe.to_numpy(dtype=object)
+    arr.flags.writeable = False
+    return dtype, arr
 
 
 def _energy_columns(
@@ -785,18 +824,35 @@ def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame)
     return out
 
 
-def _reference(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple[dict[str, np.ndarray], str]:
+def _reference(
+    inst: Instance, model: ModelSpec, buckets: pd.DataFrame, ctxs: dict[str, ChipContext] | None = None
+) -> tuple[dict[str, np.ndarray], str]:
     """The columns ``ref_ttft_s``, ``ref_tpot_s``, ``ref_e2e_s`` of :func:`reference_latencies` (one
-    value per class) and the reference configuration's name."""
+    value per class) and the reference configuration's name. ``ctxs`` the chip settings already
+    made for the fleet (the reference chip's is made here when it is not among them)."""
     chip = get_chip(inst.slo.reference_chip, where="slo.reference_chip")
-    ctx = chip_context(inst, chip.name)
-    if inst.slo.reference_shape is not None:
-        shape = tuple(int(x) for x in inst.slo.reference_shape.split("x"))
-        shapes = [shape]
-    else:
-        shapes = slice_shapes(chip, chip.pod_chips * (4 if chip.topology == "switched" else 1))
+    ctx = ctxs[chip.name] if ctxs is not None and chip.name in ctxs else chip_context(inst, chip.name)
     s_in = buckets["input_tokens"].to_numpy(dtype=float)
     s_out = buckets["output_tokens"].to_numpy(dtype=float)
+    # the reference is a function of these alone: the chip's settings (calibration, derate, energy
+    # profile, usable HBM) all enter through its hardware numbers
+    hw_bits = np.array([getattr(ctx.hw, f) for f in HwRows.__dataclass_fields__], dtype=float).tobytes()
+    ref, name = _reference_of(model, chip, inst.slo.reference_shape, hw_bits, s_in.tobytes(), s_out.tobytes())
+    return {k: v.copy() for k, v in ref.items()}, name
+
+
+@lru_cache(maxsize=32)
+def _reference_of(
+    model: ModelSpec, chip: ChipSpec, reference_shape: str | None, hw_bits: bytes, s_in_bits: bytes, s_out_bits: bytes
+) -> tuple[dict[str, np.ndarray], str]:
+    """:func:`_reference` on its inputs (the hardware numbers of :class:`HwRows` and the classes'
+    token counts as float64 bytes); the last few are kept."""
+    hw0 = HwRows(**dict(zip(HwRows.__dataclass_fields__, np.frombuffer(hw_bits), strict=True)))
+    s_in, s_out = np.frombuffer(s_in_bits).copy(), np.frombuffer(s_out_bits).copy()
+    if reference_shape is not None:
+        shapes = [tuple(int(x) for x in reference_shape.split("x"))]
+    else:
+        shapes = slice_shapes(chip, chip.pod_chips * (4 if chip.topology == "switched" else 1))
     max_ctx = float((s_in + s_out).max())
     for shape in shapes:
         n = math.prod(shape)
@@ -805,7 +861,7 @@ def _reference(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple
         if not par:
             continue
         tp, pp = par[-1][0], nodes
-        hw = for_slice(ctx.hw, chip, shape, tp)
+        hw = for_slice(hw0, chip, shape, tp)
         dec = step_cost(
             model, hw, tp, pp, 1, 1.0, 1.0, s_in + s_out / 2.0, mem_context=np.full_like(s_in, max_ctx), nodes=nodes
         )
@@ -817,6 +873,8 @@ def _reference(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple
             "ref_tpot_s": dec.latency_s,
             "ref_e2e_s": pre.latency_s + s_out * dec.latency_s,
         }
+        for v in ref.values():
+            v.flags.writeable = False
         return ref, f"{chip.name}:{'x'.join(map(str, shape))}:tp{tp}" + (f"pp{pp}" if pp > 1 else "")
     raise InputError(
         f"no slice of {chip.name} holds {model.name} for the SLO reference; choose another reference_chip",
@@ -824,8 +882,11 @@ def _reference(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple
     )
 
 
-def apply_slo(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """Fill the buckets' SLO targets (per-class values given in the file win)."""
+def apply_slo(
+    inst: Instance, model: ModelSpec, buckets: pd.DataFrame, ctxs: dict[str, ChipContext] | None = None
+) -> tuple[pd.DataFrame, str]:
+    """Fill the buckets' SLO targets (per-class values given in the file win); ``ctxs`` as for
+    :func:`_reference`."""
     b = buckets.copy()
     if inst.slo.mode == "absolute":
         targets = {"ttft": inst.slo.ttft_s, "tpot": inst.slo.tpot_s, "e2e": inst.slo.e2e_s}
@@ -834,7 +895,7 @@ def apply_slo(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> tuple[
             if v is not None:
                 b[col] = b[col].fillna(v)
         return b, "absolute"
-    ref, name = _reference(inst, model, buckets)
+    ref, name = _reference(inst, model, buckets, ctxs)
     for m in inst.slo.metrics:
         col = f"{m}_slo_s"
         given = b[col].to_numpy(dtype=float)
@@ -886,7 +947,7 @@ def candidates(inst: Instance) -> CandidateSet:
     ctxs = {c: chip_context(inst, c) for c in inst.chip_names}
     _check_chip_numbers(inst, ctxs)
     buckets, demand = instance_buckets_and_demand(inst)
-    buckets, slo_note = apply_slo(inst, model, buckets)
+    buckets, slo_note = apply_slo(inst, model, buckets, ctxs)
     kinds = [k for c in inst.chip_names for k in vpod_kinds(model, ctxs[c].chip, inst.search.max_chips_per_vpod)]
     grid = _grid_columns(model, ctxs, kinds, buckets, inst.search.batch_sizes, inst.search.phases)
     if grid is None:

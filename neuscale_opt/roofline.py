@@ -221,6 +221,17 @@ def stage_time(t_c, t_h, t_ici, ici_serial, overhead_s):
     return hidden + ici_serial * np.minimum(mem, t_ici) + overhead_s
 
 
+def binding_roof(t_c, t_h, t_ici) -> np.ndarray:
+    """0, 1 or 2: the first of the roofs (compute, HBM, ICI) that is largest, as ``argmax`` over
+    them stacked (a NaN counts as the largest), broadcast together."""
+    t_c, t_h, t_ici = np.broadcast_arrays(t_c, t_h, t_ici)
+    if np.isnan(t_c).any() or np.isnan(t_h).any() or np.isnan(t_ici).any():
+        return np.stack((t_c, t_h, t_ici)).argmax(axis=0)
+    # no NaN: ICI only when above both, else HBM only when above compute (ties go to the first)
+    out = np.where(t_ici > np.maximum(t_c, t_h), 2, (t_h > t_c).astype(np.intp))
+    return out[()] if out.ndim == 0 else out  # a scalar for scalars, as argmax gives
+
+
 def step_cost(
     m: ModelSpec,
     hw: HwRows,
@@ -252,6 +263,13 @@ def step_cost(
     T = np.asarray(new_tokens, dtype=float)
     P = np.asarray(past_tokens, dtype=float)
     dpa = np.asarray(attn_dp, dtype=bool) & bool(m.is_mla)
+    any_dpa = bool(dpa.any())
+
+    def by_layout(dp, tp_heads):
+        """``tp_heads`` (tensor-parallel heads), replaced by ``dp()`` on the rows of R5b's layout
+        (evaluated only when there are any)."""
+        return np.where(dpa, dp(), tp_heads) if any_dpa else tp_heads
+
     chips = tp * pp
     L = float(m.n_layers)
     D = float(m.d_model)
@@ -259,7 +277,7 @@ def step_cost(
     tokens = B * T
     imb = m.moe_imbalance if moe_imbalance is None else moe_imbalance
     # R5b sequences whose attention one chip runs: all B (tensor-parallel heads) or ceil(B / tp).
-    seq_chip = np.where(dpa, np.ceil(B / tp), B / tp)
+    seq_chip = by_layout(lambda: np.ceil(B / tp), B / tp)
 
     # R1 FLOPs: linear layers (2 per MAC, LM head included) + causal attention pairs. Pairs with the
     # cached context use the decode form (MLA: absorbed, on the latent), pairs inside the step the
@@ -289,14 +307,14 @@ def step_cost(
     # R4 weights read once per step (each chip its shard; R5b: attention weights replicated).
     w_bytes = (m.always_loaded_params + touched * m.routed_expert_params_total) * bw
     attn_w = L * m.attn_params_per_layer * bw
-    w_chip = np.where(dpa, (w_bytes - attn_w) / chips + attn_w / pp, w_bytes / chips)
-    w_total = np.where(dpa, w_bytes + attn_w * (tp - 1.0), w_bytes)
+    w_chip = by_layout(lambda: (w_bytes - attn_w) / chips + attn_w / pp, w_bytes / chips)
+    w_total = by_layout(lambda: w_bytes + attn_w * (tp - 1.0), w_bytes)
     # R5 KV cache: read P + T, write T tokens per sequence; tensor parallelism splits it at most
     # kv_shard_max ways (KV heads; MLA's latent is replicated); R5b splits it by sequence.
-    kv_shard = np.where(dpa, 1.0, np.minimum(tp, float(m.kv_shard_max)))
+    kv_shard = by_layout(lambda: 1.0, np.minimum(tp, float(m.kv_shard_max)))
     kv_seq = (P + 2.0 * T) * m.kv_bytes_per_token
-    kv_chip = np.where(dpa, seq_chip * kv_seq, B * kv_seq / kv_shard) / pp
-    kv_total = np.where(dpa, B * kv_seq, B * kv_seq * tp / kv_shard)
+    kv_chip = by_layout(lambda: seq_chip * kv_seq, B * kv_seq / kv_shard) / pp
+    kv_total = by_layout(lambda: B * kv_seq, B * kv_seq * tp / kv_shard)
     # R6 activations: input + output of every matmul of a layer; D-wide tensors replicated on the
     # TP group, the rest split.
     H, d = float(m.n_heads), float(m.head_dim or m.v_head_dim)
@@ -312,7 +330,10 @@ def step_cost(
     v_ar = tokens * D * ACT_BYTES
     n_moe = float(m.n_moe_layers)
     use_a2a = (ep > 1) & (m.is_moe)
-    n_ar = (np.where(use_a2a, 2.0 * L - n_moe, 2.0 * L) - np.where(dpa, L, 0.0)) / pp
+    n_ar = np.where(use_a2a, 2.0 * L - n_moe, 2.0 * L)
+    if any_dpa:  # (x - 0.0 is x: the other rows as without the subtraction)
+        n_ar = n_ar - np.where(dpa, L, 0.0)
+    n_ar = n_ar / pp
     ar_bytes_chip = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0) * v_ar
     with np.errstate(divide="ignore", invalid="ignore"):
         t_ar = np.where(tp > 1, hw.ar_hops * hw.hop_s + ar_bytes_chip / (hw.coll_bw * hw.eff_i), 0.0)
@@ -347,9 +368,8 @@ def step_cost(
     # fixed per-layer overhead of the stage.
     t_c = flops_chip / (hw.peak_flops * hw.eff_c)
     t_h = hbm_chip / (hw.hbm_bw * hw.eff_h)
-    roofs = np.stack(np.broadcast_arrays(t_c, t_h, t_ici))
     t_stage = stage_time(t_c, t_h, t_ici, hw.ici_serial, (L / pp) * hw.layer_s)
-    bound = roofs.argmax(axis=0)
+    bound = binding_roof(t_c, t_h, t_ici)
     # R9 latency of the step through all pp stages.
     latency = pp * t_stage + ici_hops * t_p2p + dcn_hops * t_dcn
     # R10 dynamic energy of the step, whole vPod; with static power it never exceeds TDP: every
@@ -360,8 +380,8 @@ def step_cost(
     # live activations of one layer.
     ctx = (P + T) if mem_context is None else np.asarray(mem_context, dtype=float)
     attn_store = L * m.attn_params_per_layer * bw
-    w_store = np.where(dpa, (m.weight_bytes - attn_store) / chips + attn_store / pp, m.weight_bytes / chips)
-    kv_store = np.where(dpa, seq_chip, B / kv_shard) * ctx * m.kv_bytes_per_token
+    w_store = by_layout(lambda: (m.weight_bytes - attn_store) / chips + attn_store / pp, m.weight_bytes / chips)
+    kv_store = by_layout(lambda: seq_chip, B / kv_shard) * ctx * m.kv_bytes_per_token
     act_store = 2.0 * tokens * ACT_BYTES * (D + split_width / tp)
     mem = w_store + kv_store + act_store
     shp = t_stage.shape

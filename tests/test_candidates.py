@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import tomllib
 from pathlib import Path
 
@@ -314,3 +315,116 @@ def test_pareto_front_with_nan_inf_and_signed_zeros_equals_brute_force():
                 if group[j] == group[i] and (key(lat[j]), key(metric[j]), j) < (key(lat[i]), key(metric[i]), i)
             ]
             assert mask[i] == all(key(metric[j]) > key(metric[i]) for j in earlier)
+
+
+def _reference_by_hand(inst, name: str) -> dict[str, np.ndarray]:
+    """Batch-1 TTFT, TPOT and e2e of every class on the named reference configuration
+    (``chip:AxBxC:tpN``), from the roofline step directly: prefill of the prompt, decode at half
+    the output past the prompt."""
+    from neuscale_opt.candidates import chip_context, effective_model, instance_buckets_and_demand
+    from neuscale_opt.roofline import for_slice, step_cost
+
+    chip_name, shape_s, tp_s = name.split(":")
+    shape, tp = tuple(int(x) for x in shape_s.split("x")), int(tp_s[2:])
+    chip, model = get_chip(chip_name), effective_model(inst)
+    buckets, _ = instance_buckets_and_demand(inst)
+    si = buckets["input_tokens"].to_numpy(dtype=float)
+    so = buckets["output_tokens"].to_numpy(dtype=float)
+    hw = for_slice(chip_context(inst, chip_name).hw, chip, shape, tp)
+    pre = step_cost(model, hw, tp, 1, 1, 1.0, si, 0.0).latency_s
+    dec = step_cost(model, hw, tp, 1, 1, 1.0, 1.0, si + so / 2.0).latency_s
+    return {"ref_ttft_s": pre, "ref_tpot_s": dec, "ref_e2e_s": pre + so * dec}
+
+
+def test_slo_reference_follows_every_input_it_depends_on():
+    """The reference latencies are kept between calls: a change of any input (classes, model,
+    reference chip or shape, calibration, usable HBM, the chip's fleet settings) gives the new
+    latencies, equal to the roofline's computed by hand on the named configuration."""
+    from neuscale_opt.candidates import (
+        _reference_of,
+        apply_slo,
+        chip_context,
+        effective_model,
+        instance_buckets_and_demand,
+        reference_latencies,
+    )
+
+    base = tomllib.loads((INSTANCES / "small.toml").read_text())
+
+    def variant(path: tuple, value):
+        d = tomllib.loads((INSTANCES / "small.toml").read_text())
+        node = d
+        for k in path[:-1]:
+            node = node.setdefault(k, {}) if isinstance(k, str) else node[k]
+        node[path[-1]] = value
+        return d
+
+    variants = [
+        base,
+        variant(("workload", "classes", 0, "input_tokens"), 1024),
+        variant(("workload", "classes", 1, "output_tokens"), 64),
+        variant(("model", "weight_dtype"), "fp8"),
+        variant(("slo", "reference_chip"), "tpu-v5e"),
+        variant(("slo", "reference_shape"), "2x2x2"),
+        variant(("search", "calibration"), "none"),
+        variant(("search", "hop_latency_s"), 5e-6),
+        variant(("fleet", 0, "eff_compute"), 0.3),
+        variant(("fleet", 0, "eff_hbm"), 0.4),
+        variant(("energy", "profile"), "neusim"),
+    ]
+    variants[-3]["slo"] = {"reference_chip": "tpu-v5e"}
+    variants[-2]["slo"] = {"reference_chip": "tpu-v5e"}
+    variants[-1]["slo"] = {"reference_chip": "tpu-v5e"}
+    seen = {}
+    _reference_of.cache_clear()
+    for d in variants + variants:  # the second pass is served from the cache
+        inst = parse_instance(d)
+        model, buckets = effective_model(inst), instance_buckets_and_demand(inst)[0]
+        ref = reference_latencies(inst, model, buckets)
+        name = ref.attrs["reference"]
+        want = _reference_by_hand(inst, name)
+        for col, v in want.items():
+            np.testing.assert_allclose(ref[col].to_numpy(), v, rtol=1e-12)
+        # through the fleet's chip settings (as candidates() calls it), the same targets
+        ctxs = {c: chip_context(inst, c) for c in inst.chip_names}
+        b1, note1 = apply_slo(inst, model, buckets, ctxs)
+        b2, note2 = apply_slo(inst, model, buckets)
+        pd.testing.assert_frame_equal(b1, b2)
+        assert note1 == note2
+        seen.setdefault(repr(d), tuple(ref["ref_ttft_s"]) + tuple(ref["ref_tpot_s"]))
+    assert _reference_of.cache_info().hits >= len(variants)
+    # every variant changes the reference but the energy profile (not a latency input)
+    assert len(set(seen.values())) == len(variants) - 1
+
+
+def test_config_ids_follow_the_classes_batches_and_kinds_of_each_call():
+    """The kinds' columns and the config ids are kept between calls: renamed classes, other batch
+    sizes, phases or a larger vPod limit give the new ids, each written out by hand from the row's
+    columns."""
+    d = tomllib.loads((INSTANCES / "small.toml").read_text())
+    runs = [d]
+    for change in (
+        lambda x: x["workload"]["classes"][0].update(name="tiny"),
+        lambda x: x["search"].update(batch_sizes=[1, 3, 16]),
+        lambda x: x["search"].update(phases=["prefill", "decode"]),
+        lambda x: x["search"].update(max_chips_per_vpod=8),
+    ):
+        nxt = copy.deepcopy(runs[-1])
+        change(nxt)
+        if "demand" in nxt["workload"]:
+            for row in nxt["workload"]["demand"]:
+                row["bucket"] = "tiny" if row["bucket"] == "short" else row["bucket"]
+        runs.append(nxt)
+    for d in runs + runs:
+        inst = parse_instance(d)
+        t = candidates(inst).table
+        kind = t["chip"] + ":" + t["shape"] + ":tp" + t["tp"].astype(str) + "pp" + t["pp"].astype(str)
+        kind = kind + "ep" + t["ep"].astype(str)
+        vpod = kind + ":b" + t["batch"].astype(str) + ":" + t["phase"].astype(str)
+        assert list(t["vpod_type"]) == list(vpod)
+        assert list(t["config_id"]) == list(vpod + "|" + t["bucket"].astype(str))
+        assert set(t["bucket"]) == {c["name"] for c in d["workload"]["classes"]}
+        assert set(t["batch"]) == set(d["search"].get("batch_sizes", t["batch"].unique()))
+        assert set(t["phase"]) == set(d["search"].get("phases", ("colocated", "prefill", "decode")))
+        assert t["chips_per_vpod"].max() <= d["search"]["max_chips_per_vpod"]
+        assert t["config_id"].is_unique

@@ -183,3 +183,24 @@ def test_multi_node_gpu_vpods_hand_off_over_the_dcn():
     # 405B in bf16 (811 GB) does not fit one 8 x 80 GiB node but fits two
     assert float(step_cost(m, h, 8, 1, 1, 1, 1, 1).mem_bytes_per_chip) > float(h.hbm_cap)
     assert float(two.mem_bytes_per_chip) < float(h.hbm_cap)
+
+
+def test_binding_roof_is_the_argmax_of_the_stacked_roofs():
+    """Ties (to the first roof), NaNs (the largest) and broadcasting as ``argmax`` over the roofs."""
+    from neuscale_opt.roofline import binding_roof
+
+    rng = np.random.default_rng(7)
+    vals = np.array([0.0, 1.0, 2.0, np.inf])  # few values: many ties
+    t_c = rng.choice(vals, size=(40, 1, 5))
+    t_h = rng.choice(vals, size=(1, 30, 5))
+    t_ici = rng.choice(vals, size=(40, 30, 1))
+    want = np.stack(np.broadcast_arrays(t_c, t_h, t_ici)).argmax(axis=0)
+    assert np.array_equal(binding_roof(t_c, t_h, t_ici), want)
+    t_h = t_h.copy()
+    t_h[0, :3, 0] = np.nan
+    want = np.stack(np.broadcast_arrays(t_c, t_h, t_ici)).argmax(axis=0)
+    assert np.array_equal(binding_roof(t_c, t_h, t_ici), want)
+    # by hand: compute-bound on a tie with HBM, ICI only when strictly above both
+    got = binding_roof(np.array([1.0, 1.0, 1.0]), np.array([1.0, 2.0, 2.0]), np.array([1.0, 2.0, 3.0]))
+    assert list(got) == [0, 1, 2]
+    assert binding_roof(1.0, 3.0, 2.0) == 1 and np.ndim(binding_roof(1.0, 3.0, 2.0)) == 0
