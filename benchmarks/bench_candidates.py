@@ -43,6 +43,12 @@ bench grid, every ``instances/*.toml`` and MLA, MoE and multi-node GPU grids). L
 grid about 4.5 ms (roofline steps 1.5), the table 1, the Pareto flags 0.4, the trace copies 0.2.
 Earlier (2026-12-02 00:00, against ``768a1dd``, load 1.4-1.6): default 0.55-0.60 -> 0.87-1.12 M,
 bench-grid 1.02-1.52 -> 1.68-2.11 M.
+Again on a fresh clone of ``bd2070c`` (2026-12-02 00:38 UTC, load 0.4-0.6), five runs of this
+benchmark (``--repeat 7`` and ``9``), points per CPU-second end to end: default 1.22-1.62 M
+(median 1.40 M: under the 1.5 M target in three runs of five), bench-grid 2.01-2.04 M. In a process
+that calls the default's ``candidates()`` 30 times warm, alone: 8.9 ms CPU median (1.86 M), fastest
+7.6 ms. Here the two grids alternate, and the large one may cost the small one's next call its warm
+memory (not measured).
 """
 
 from __future__ import annotations
