@@ -261,11 +261,15 @@ def evaluate_grid(
     latency: e2e, TTFT or TPOT).
     """
     grid = _grid_columns(model, ctxs, kinds, buckets, batch_sizes, phases)
-    return pd.DataFrame() if grid is None else _frame(grid.columns)
+    return pd.DataFrame() if grid is None else _frame(grid.columns, grid.blocks)
 
 
 #: The fields of :class:`HwRows` that depend on the slice and the TP group (columns of the kinds).
 _SLICE_FIELDS = ("coll_bw", "a2a_dist", "ar_hops", "a2a_hops")
+
+
+#: 2-D arrays whose rows are columns of a table: (array, the columns' names, the rows as arrays).
+Blocks = tuple[tuple[np.ndarray, tuple[str, ...], tuple[np.ndarray, ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -279,19 +283,43 @@ class _Grid:
     phases: tuple[str, ...]
     chip: np.ndarray
     chips: tuple[str, ...]
+    chip_rows: tuple[int, ...]  # rows of each chip in a phase (a phase's rows are grouped by chip)
+    blocks: Blocks = ()  # the columns' arrays by dtype, see :func:`_frame`
 
 
-def _frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+#: pandas 3's constructor of a table from its blocks (``None`` on pandas 2, which lacks it).
+_FROM_BLOCKS = getattr(getattr(pd.api, "internals", None), "create_dataframe_from_blocks", None)
+
+
+def _frame(columns: dict[str, np.ndarray], blocks: Blocks = ()) -> pd.DataFrame:
     """The table of ``columns``. Text columns stay numpy object arrays: converting 10^5 strings to
     Arrow costs more than the roofline itself, and object columns compare and group the same. The
-    columns are fresh arrays of the call: no consolidating copy."""
-    return pd.DataFrame(
-        {
-            k: (pd.Series(v, dtype=object, copy=False) if isinstance(v, np.ndarray) and v.dtype.kind == "O" else v)
-            for k, v in columns.items()
-        },
-        copy=False,
-    )
+    columns are fresh arrays of the call: no consolidating copy.
+
+    ``blocks``: 2-D arrays whose rows are columns of ``columns`` (the row arrays themselves). Where
+    pandas can (3.x), the table is made of them, one block per array instead of one per column:
+    the same table as the constructor's. A column that is no longer its array's row (replaced),
+    or in no array, is a block of its own."""
+    if _FROM_BLOCKS is None:
+        return pd.DataFrame(
+            {
+                k: (pd.Series(v, dtype=object, copy=False) if isinstance(v, np.ndarray) and v.dtype.kind == "O" else v)
+                for k, v in columns.items()
+            },
+            copy=False,
+        )
+    names = list(columns)
+    pos = {k: i for i, k in enumerate(names)}
+    parts, done = [], set()
+    for arr, cols, rows in blocks:
+        if all(columns.get(c) is r for c, r in zip(cols, rows, strict=True)):
+            parts.append((arr, np.array([pos[c] for c in cols], dtype=np.intp)))
+            done.update(cols)
+    for k, v in columns.items():
+        if k not in done:
+            parts.append((v.reshape(1, -1) if isinstance(v, np.ndarray) else v, np.array([pos[k]], dtype=np.intp)))
+    n = len(next(iter(columns.values()))) if columns else 0
+    return _FROM_BLOCKS(parts, index=pd.RangeIndex(n), columns=pd.Index(names))
 
 
 def _grid_columns(
@@ -452,9 +480,13 @@ def _grid_columns(
     dtypes.update(vpod_type=np.dtype(object), config_id=np.dtype(object))
     # The columns of one dtype are the rows of one array (a large allocation: fewer page faults)
     out: dict[str, np.ndarray] = {"bound": np.empty(shape, dtype=dtypes.pop("bound"))}
+    blocks = []
     for dt in dict.fromkeys(dtypes.values()):
-        names = [n for n, d in dtypes.items() if d == dt]
-        out.update(zip(names, np.empty((len(names), *shape), dtype=dt), strict=True))
+        names = tuple(n for n, d in dtypes.items() if d == dt)
+        block = np.empty((len(names), *shape), dtype=dt)
+        out.update(zip(names, block, strict=True))
+        flat = block.reshape(len(names), -1)
+        blocks.append((flat, names, tuple(flat)))
     for name, v in base.items():
         out[name][...] = v
     for p, frame in enumerate(frames.values()):
@@ -480,8 +512,9 @@ def _grid_columns(
     out["vpod_type"][...] = type_keys
     out["config_id"][...] = config_id
     cols = {k: v.reshape(-1) for k, v in out.items()}
+    cols.update((n, r) for _, names, rows in blocks for n, r in zip(names, rows, strict=True))
     phase = np.repeat(np.arange(nf), nk * nb * nB)
-    cols["phase"] = text_column(np.array(phase_names), phase)
+    cols["phase"] = text_runs(np.array(phase_names), (nk * nb * nB,) * nf)
     cols["bound"] = text_column(BOUNDS, cols["bound"])
     cols["memory_ok"] = memory_ok.reshape(-1)
     order = [*base, "phase", *first, "memory_ok", *extra_float, "vpod_type", "config_id"]
@@ -492,6 +525,8 @@ def _grid_columns(
         phases=tuple(phase_names),
         chip=np.broadcast_to(kind_chip.reshape(kind4), shape).reshape(-1),
         chips=tuple(chip_order),
+        chip_rows=tuple(c * nb * nB for c in counts),
+        blocks=tuple(blocks),
     )
 
 
@@ -507,6 +542,26 @@ def text_column(values: np.ndarray, codes: np.ndarray):
     return distinct[codes]
 
 
+def text_runs(values: np.ndarray, counts: tuple[int, ...]):
+    """:func:`text_column` of ``values[i]`` repeated ``counts[i]`` times, in order: the column of
+    the last few (values, counts) is kept and handed out as a new column each call (an Arrow array
+    cannot be changed, so the column wraps the kept one; an object column is a copy)."""
+    dtype, col = _text_runs(tuple((type(v), v) for v in values), tuple(int(c) for c in counts))
+    if isinstance(col, np.ndarray):
+        return col.copy()
+    return pd.array(col, dtype=dtype)
+
+
+@lru_cache(maxsize=16)
+def _text_runs(typed_values: tuple[tuple[type, object], ...], counts: tuple[int, ...]) -> tuple[object, object]:
+    values = np.array([v for _, v in typed_values], dtype=object)
+    col = text_column(values, np.repeat(np.arange(len(values)), counts))
+    if isinstance(col, np.ndarray):
+        col.flags.writeable = False
+        return None, col
+    return col.dtype, _arrow(col)
+
+
 @lru_cache(maxsize=64)
 def _text_values(typed_values: tuple[tuple[type, object], ...]) -> tuple[object, object]:
     """The dtype pandas gives a column of these values and the values in it (one Arrow array, or a
@@ -514,12 +569,17 @@ def _text_values(typed_values: tuple[tuple[type, object], ...]) -> tuple[object,
     probe = pd.Series([v for _, v in typed_values])
     dtype = probe.dtype
     if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
-        import pyarrow as pa
-
-        return dtype, pa.chunked_array(probe.array.__arrow_array__()).combine_chunks()
+        return dtype, _arrow(probe.array)
     arr = probe.to_numpy(dtype=object)
     arr.flags.writeable = False
     return dtype, arr
+
+
+def _arrow(array):
+    """The one Arrow array of a pandas Arrow-backed array."""
+    import pyarrow as pa
+
+    return pa.chunked_array(array.__arrow_array__()).combine_chunks()
 
 
 def _energy_columns(
@@ -962,7 +1022,7 @@ def candidates(inst: Instance) -> CandidateSet:
     cols["slo_ok"] = slo_ok
     cols["feasible"] = cols["memory_ok"] & slo_ok & (cols["max_rate_rps"] > 0)
     profiles = np.array([ctxs[c].energy_profile for c in grid.chips], dtype=object)
-    cols["energy_profile"] = text_column(profiles, grid.chip)
+    cols["energy_profile"] = text_runs(np.tile(profiles, len(grid.phases)), grid.chip_rows * len(grid.phases))
     rows = np.flatnonzero(cols["feasible"])
     group = grid.phase[rows] * len(buckets) + grid.bucket[rows]  # (class, phase), as pareto_mask groups
     metrics = [cols["energy_j_per_req"][rows], cols["cost_usd_per_req"][rows]]
@@ -971,7 +1031,7 @@ def candidates(inst: Instance) -> CandidateSet:
         on = np.zeros(len(slo_ok), dtype=bool)
         on[rows] = front
         cols[flag] = on
-    df = _frame(cols)
+    df = _frame(cols, grid.blocks)
     notes = context_notes(model, buckets) + horizon_notes(inst, demand) + sizing_notes(demand)
     return CandidateSet(df, buckets, demand, slo_note, model, notes)
 

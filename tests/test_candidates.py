@@ -428,3 +428,64 @@ def test_config_ids_follow_the_classes_batches_and_kinds_of_each_call():
         assert set(t["phase"]) == set(d["search"].get("phases", ("colocated", "prefill", "decode")))
         assert t["chips_per_vpod"].max() <= d["search"]["max_chips_per_vpod"]
         assert t["config_id"].is_unique
+
+
+def test_table_from_blocks_is_the_table_of_its_columns(monkeypatch):
+    """The table made of the grid's dtype blocks (pandas 3) equals the constructor's table of the
+    same columns, values, dtypes, column and row labels alike; a column replaced after the grid
+    was made is the replacement's."""
+    import neuscale_opt.candidates as cand
+
+    inst = load_instance(INSTANCES / "small.toml")
+    got = candidates(inst).table
+    monkeypatch.setattr(cand, "_FROM_BLOCKS", None)
+    want = candidates(inst).table
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    pd.testing.assert_index_equal(got.columns, want.columns, exact=True)
+    pd.testing.assert_index_equal(got.index, want.index, exact=True)
+    monkeypatch.undo()
+    if cand._FROM_BLOCKS is None:
+        pytest.skip("pandas 2: no table from blocks")
+    model = cand.effective_model(inst)
+    ctxs = {c: cand.chip_context(inst, c) for c in inst.chip_names}
+    kinds = [k for c in inst.chip_names for k in cand.vpod_kinds(model, ctxs[c].chip, inst.search.max_chips_per_vpod)]
+    buckets, _ = cand.instance_buckets_and_demand(inst)
+    grid = cand._grid_columns(model, ctxs, kinds, buckets, inst.search.batch_sizes, inst.search.phases)
+    cols = dict(grid.columns)
+    cols["tp"] = np.arange(len(cols["tp"]), dtype=np.int64)  # no longer a row of the int64 block
+    t = cand._frame(cols, grid.blocks)
+    assert t["tp"].tolist() == list(range(len(t)))
+    assert t["pp"].tolist() == grid.columns["pp"].tolist() and t._mgr.nblocks < len(t.columns)
+    assert list(t.columns) == list(cols)
+
+
+def test_phase_and_energy_profile_columns_follow_each_call():
+    """The phase and energy-profile columns are kept per (values, run lengths): each row's phase is
+    the one its config id names, its energy profile its chip's, after changes of the phases,
+    batch sizes, chips and energy profile; a column changed by one caller is not the next's."""
+    d = tomllib.loads((INSTANCES / "small.toml").read_text())
+    variants = [d]
+    for change in (
+        lambda x: x["search"].update(phases=["decode", "prefill"]),
+        lambda x: x["search"].update(batch_sizes=[2, 4]),
+        lambda x: x.update(
+            fleet=[{"chip": c, "chips": 64, "price_usd_per_chip_hour": 2.0} for c in ("tpu-v6e", "tpu7x", "tpu-v5e")]
+        ),
+        lambda x: x.setdefault("energy", {}).update(profile="neusim"),
+    ):
+        nxt = copy.deepcopy(variants[-1])
+        change(nxt)
+        variants.append(nxt)
+    from neuscale_opt.candidates import chip_context
+
+    profiles = set()
+    for v in variants + variants:
+        inst = parse_instance(v)
+        t = candidates(inst).table
+        assert t["phase"].tolist() == [c.split("|")[0].rsplit(":", 1)[1] for c in t["config_id"]]
+        want = {c: chip_context(inst, c).energy_profile for c in inst.chip_names}
+        assert t["energy_profile"].tolist() == [want[c] for c in t["chip"]]
+        profiles |= set(want.values())
+        t.loc[:, "phase"] = "x"
+        t.loc[:, "energy_profile"] = "y"
+    assert profiles == {"neuscale", "neusim", "genz"}  # the catalog's fallback for tpu7x: genz
