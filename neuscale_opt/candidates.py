@@ -33,6 +33,9 @@ from neuscale_opt.roofline import (
 )
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
+#: pandas 3 copies on write: a shallow copy of a table is then as safe to hand out as a deep one
+#: (changing either copies the changed column first).
+_COPY_ON_WRITE = int(pd.__version__.split(".")[0]) >= 3
 
 
 @dataclass(frozen=True)
@@ -326,18 +329,20 @@ def _grid_columns(
     model: ModelSpec,
     ctxs: dict[str, ChipContext],
     kinds: list[VpodKind],
-    buckets: pd.DataFrame,
+    buckets: pd.DataFrame | dict[str, np.ndarray],
     batch_sizes: tuple[int, ...],
     phases: tuple[str, ...],
 ) -> _Grid | None:
     """The columns of :func:`evaluate_grid` with the rows' codes; ``None`` for an empty grid.
+    ``buckets`` the classes' table or its columns.
 
     The roofline is evaluated on a broadcast grid: kinds on axis 0, classes on axis 1, batch sizes
     on axis 2 (C order is the rows' order within a phase), so that what depends on fewer axes is
     computed at its own size. Every column is written once into its place in the table (phase
     axis first); the batch-1 steps (colocated prefill, the energy model's small-batch end) are the
     batch-1 column of the same evaluation."""
-    nk, nb, nB = len(kinds), len(buckets), len(batch_sizes)
+    bucket_names = np.asarray(buckets["bucket"])
+    nk, nb, nB = len(kinds), len(bucket_names), len(batch_sizes)
     if nk == 0 or nb == 0:
         return None
     # kinds grouped by chip (in order of first appearance), hardware per kind row
@@ -362,8 +367,8 @@ def _grid_columns(
     ep = kf["ep"].astype(float).reshape(per_kind)
     nodes = kf["nodes"].reshape(per_kind)
     dpa = kf["attn_dp"].reshape(per_kind)
-    so = buckets["output_tokens"].to_numpy(dtype=float).reshape(1, nb, 1)
-    si = buckets["input_tokens"].to_numpy(dtype=float).reshape(1, nb, 1)
+    so = np.asarray(buckets["output_tokens"], dtype=float).reshape(1, nb, 1)
+    si = np.asarray(buckets["input_tokens"], dtype=float).reshape(1, nb, 1)
     B = np.asarray(batch_sizes, dtype=float).reshape(1, 1, nB)
     # the batch sizes with batch 1 first when it is not searched
     with_one = tuple(batch_sizes) if 1 in batch_sizes else (1, *batch_sizes)
@@ -388,7 +393,6 @@ def _grid_columns(
         if "prefill" in want:
             pre = cut(pre_all, searched)
 
-    bucket_names = buckets["bucket"].to_numpy()
     base = {
         "chip": kf["chip"].reshape(per_kind),
         "shape": kf["shape"].reshape(per_kind),
@@ -821,7 +825,7 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
         _TRACE_CACHE[key] = hit
     out = []
     for df in hit:
-        c = df.copy()
+        c = df.copy(deep=not _COPY_ON_WRITE)
         c.attrs = copy.deepcopy(df.attrs)
         out.append(c)
     return out[0], out[1]
@@ -947,7 +951,7 @@ def apply_slo(
 ) -> tuple[pd.DataFrame, str]:
     """Fill the buckets' SLO targets (per-class values given in the file win); ``ctxs`` as for
     :func:`_reference`."""
-    b = buckets.copy()
+    b = buckets.copy(deep=not _COPY_ON_WRITE)
     if inst.slo.mode == "absolute":
         targets = {"ttft": inst.slo.ttft_s, "tpot": inst.slo.tpot_s, "e2e": inst.slo.e2e_s}
         for m, v in targets.items():
@@ -987,11 +991,12 @@ class CandidateSet:
     notes: tuple[str, ...] = ()
 
 
-def context_notes(model: ModelSpec, buckets: pd.DataFrame) -> tuple[str, ...]:
+def context_notes(model: ModelSpec, buckets: pd.DataFrame | dict[str, np.ndarray]) -> tuple[str, ...]:
     """Warnings about classes longer than the model's context window (still evaluated: the
-    roofline does not depend on the position encoding, but the served model may refuse them)."""
-    total = buckets["input_tokens"].to_numpy() + buckets["output_tokens"].to_numpy()
-    names = buckets["bucket"].to_numpy()
+    roofline does not depend on the position encoding, but the served model may refuse them).
+    ``buckets`` the classes' table or its columns."""
+    total = np.asarray(buckets["input_tokens"]) + np.asarray(buckets["output_tokens"])
+    names = np.asarray(buckets["bucket"])
     long = [str(names[i]) for i in np.flatnonzero(total > model.max_context)]
     if not long:
         return ()
@@ -1001,6 +1006,10 @@ def context_notes(model: ModelSpec, buckets: pd.DataFrame) -> tuple[str, ...]:
     )
 
 
+#: The columns of the classes' table that the grid, the SLO check and the notes read.
+_CLASS_COLUMNS = ("bucket", "input_tokens", "output_tokens", "ttft_slo_s", "tpot_slo_s", "e2e_slo_s")
+
+
 def candidates(inst: Instance) -> CandidateSet:
     """Enumerate, evaluate, check and rank every candidate vPod configuration of ``inst``."""
     model = effective_model(inst)
@@ -1008,23 +1017,26 @@ def candidates(inst: Instance) -> CandidateSet:
     _check_chip_numbers(inst, ctxs)
     buckets, demand = instance_buckets_and_demand(inst)
     buckets, slo_note = apply_slo(inst, model, buckets, ctxs)
+    # the classes' columns, read out of the table once for the grid, the SLO check and the notes
+    classes = {c: np.asarray(buckets[c]) for c in _CLASS_COLUMNS}
     kinds = [k for c in inst.chip_names for k in vpod_kinds(model, ctxs[c].chip, inst.search.max_chips_per_vpod)]
-    grid = _grid_columns(model, ctxs, kinds, buckets, inst.search.batch_sizes, inst.search.phases)
+    grid = _grid_columns(model, ctxs, kinds, classes, inst.search.batch_sizes, inst.search.phases)
     if grid is None:
         raise InputError("no candidate configuration (check fleet, search and workload)", where="search")
-    if buckets["bucket"].duplicated().any():
+    names = classes["bucket"]
+    if len(set(names.tolist())) < len(names):
         raise ValueError("buckets: a class is listed twice")
     cols = grid.columns
     is_phase = {
         p: grid.phase == (grid.phases.index(p) if p in grid.phases else -1) for p in ("colocated", "prefill", "decode")
     }
-    slo_ok = slo_within(cols, buckets, grid.bucket, is_phase["decode"], is_phase["prefill"], is_phase["colocated"])
+    slo_ok = slo_within(cols, classes, grid.bucket, is_phase["decode"], is_phase["prefill"], is_phase["colocated"])
     cols["slo_ok"] = slo_ok
     cols["feasible"] = cols["memory_ok"] & slo_ok & (cols["max_rate_rps"] > 0)
     profiles = np.array([ctxs[c].energy_profile for c in grid.chips], dtype=object)
     cols["energy_profile"] = text_runs(np.tile(profiles, len(grid.phases)), grid.chip_rows * len(grid.phases))
     rows = np.flatnonzero(cols["feasible"])
-    group = grid.phase[rows] * len(buckets) + grid.bucket[rows]  # (class, phase), as pareto_mask groups
+    group = grid.phase[rows] * len(names) + grid.bucket[rows]  # (class, phase), as pareto_mask groups
     metrics = [cols["energy_j_per_req"][rows], cols["cost_usd_per_req"][rows]]
     fronts = pareto_front(group, cols["latency_s"][rows], *metrics)
     for flag, front in zip(("pareto_energy", "pareto_cost"), fronts, strict=True):
@@ -1032,7 +1044,7 @@ def candidates(inst: Instance) -> CandidateSet:
         on[rows] = front
         cols[flag] = on
     df = _frame(cols, grid.blocks)
-    notes = context_notes(model, buckets) + horizon_notes(inst, demand) + sizing_notes(demand)
+    notes = context_notes(model, classes) + horizon_notes(inst, demand) + sizing_notes(demand)
     return CandidateSet(df, buckets, demand, slo_note, model, notes)
 
 

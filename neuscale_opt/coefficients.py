@@ -198,18 +198,17 @@ def meets_slo(configs: pd.DataFrame, buckets: pd.DataFrame, rtol: float = 1e-9) 
 
 def slo_within(
     configs: pd.DataFrame | dict[str, np.ndarray],
-    buckets: pd.DataFrame,
+    buckets: pd.DataFrame | dict[str, np.ndarray],
     pos: np.ndarray,
     decode: np.ndarray,
     prefill: np.ndarray,
     colocated: np.ndarray,
     rtol: float = 1e-9,
 ) -> np.ndarray:
-    """The rule of :func:`meets_slo` on arrays (``configs`` a table or a dict of its columns):
-    ``pos`` is each row's class as a row of ``buckets``
-    (``len(buckets)``: no target), ``decode`` / ``prefill`` / ``colocated`` mark the rows of each
-    phase."""
-    cols = [np.append(buckets[c].to_numpy(dtype=float), np.nan) for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s")]
+    """The rule of :func:`meets_slo` on arrays (``configs`` and ``buckets`` tables or dicts of their
+    columns): ``pos`` is each row's class as a row of ``buckets`` (the number of classes: no
+    target), ``decode`` / ``prefill`` / ``colocated`` mark the rows of each phase."""
+    cols = [np.append(np.asarray(buckets[c], dtype=float), np.nan) for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s")]
 
     def ok(col: str, target: np.ndarray, applies: np.ndarray) -> np.ndarray:
         v = np.asarray(configs[col], dtype=float)

@@ -489,3 +489,19 @@ def test_phase_and_energy_profile_columns_follow_each_call():
         t.loc[:, "phase"] = "x"
         t.loc[:, "energy_profile"] = "y"
     assert profiles == {"neuscale", "neusim", "genz"}  # the catalog's fallback for tpu7x: genz
+
+
+def test_slo_targets_leave_the_given_classes_as_they_were():
+    """apply_slo hands out a table of its own: the input keeps its missing targets, and what the
+    caller changes in the output (in place or by column) never reaches the input."""
+    from neuscale_opt.candidates import apply_slo, effective_model, instance_buckets_and_demand
+
+    inst = load_instance(INSTANCES / "small.toml")
+    buckets, _ = instance_buckets_and_demand(inst)
+    before = buckets.copy(deep=True)
+    out, _ = apply_slo(inst, effective_model(inst), buckets)
+    assert out["ttft_slo_s"].notna().all() and buckets["ttft_slo_s"].isna().all()
+    out.loc[:, "input_tokens"] = 1
+    out["bucket"] = "x"
+    out.loc[0, "e2e_slo_s"] = 3.0
+    pd.testing.assert_frame_equal(buckets, before, check_exact=True)
