@@ -408,16 +408,19 @@ def _grid_columns(
     frames: dict[str, dict] = {}
     if "colocated" in want:
         p1_stage = pre1.t_stage_s
-        busy = p1_stage + so * dec.t_stage_s / B  # vPod time per request (pipelined), R12
-        rho = B * p1_stage / (so * dec.t_stage_s)
+        dec_s = so * dec.t_stage_s  # decode time of a request's batch
+        dec_per_req = dec_s / B
+        busy = p1_stage + dec_per_req  # vPod time per request (pipelined), R12
+        rho = B * p1_stage / dec_s
         tpot = dec.latency_s * (1.0 + rho)
         ttft = pre1.latency_s
-        dominant_prefill = p1_stage > so * dec.t_stage_s / B
+        dominant_prefill = p1_stage > dec_per_req
+        e2e = ttft + so * tpot
         frames["colocated"] = dict(
             ttft_s=ttft,
             tpot_s=tpot,
-            e2e_s=ttft + so * tpot,
-            latency_s=ttft + so * tpot,
+            e2e_s=e2e,
+            latency_s=e2e,
             max_rate_rps=1.0 / busy,
             dyn_energy_j_per_req=pre1.energy_dyn_j + so * dec.energy_dyn_j / B,
             flops=pre1.flops + so * dec.flops / B,
@@ -449,12 +452,13 @@ def _grid_columns(
             **_energy_columns(pre1.energy_dyn_j, pre.energy_dyn_j, pre1.t_stage_s, pre.t_stage_s, B, 1.0),
         )
     if "decode" in want:
+        dec_s = so * dec.t_stage_s
         frames["decode"] = dict(
             ttft_s=np.nan,
             tpot_s=dec.latency_s,
             e2e_s=np.nan,
             latency_s=dec.latency_s,
-            max_rate_rps=B / (so * dec.t_stage_s),
+            max_rate_rps=B / dec_s,
             dyn_energy_j_per_req=so * dec.energy_dyn_j / B,
             flops=so * dec.flops / B,
             hbm_bytes=so * dec.hbm_bytes / B,
@@ -462,7 +466,7 @@ def _grid_columns(
             dcn_bytes=so * dec.dcn_bytes / B,
             bound=dec.bound,
             mem_bytes_per_chip=dec.mem_bytes_per_chip,
-            busy_s_per_req=so * dec.t_stage_s / B,
+            busy_s_per_req=dec_s / B,
             **_energy_columns(dec1.energy_dyn_j, dec.energy_dyn_j, dec1.t_stage_s, dec.t_stage_s, B, so),
         )
     phase_names = list(frames)
