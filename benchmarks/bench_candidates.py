@@ -27,23 +27,27 @@ the heap after the cold trace read: about 850 page faults against 0-2 later; cal
 9.2-13.1 ms against 7.2-11.6 ms for calls 11-30 of the same 8 processes, load 1.6; every cache hit
 on every call, no collection beyond generation 0), and 60 ms is shorter than the bursts of other
 jobs on the shared machine (the median of 7 consecutive calls went 6.0 -> 12.3 -> 5.8 ms within
-one process, load 2.5). The median of about 40 calls is the warm figure a re-planning process sees.
+one process, load 2.5). The median of about 40 calls (0.3 s) is less moved by one burst; in the
+alternated runs below the two ways differ by no more than that noise, in either direction.
 
-Measured 2026-12-02 01:40-01:53 UTC on the shared 2-core machine, pandas 3.1.1, main's code
+Measured 2026-12-02 01:51-01:57 UTC on the shared 2-core machine, pandas 3.1.1, main's code
 (``3bbfca6``) and this code alternated, points per CPU-second (median of the runs, their range):
 
-=======================  ==========  ======================  ======================
-figure                   runs        main                    this
-=======================  ==========  ======================  ======================
-default e2e, >= 0.3 s    9 + 9       2.13 M (1.21-2.29)      2.45 M (2.07-2.94)
-bench-grid e2e, >= 0.3 s 9 + 9       2.83 M (2.08-3.29)      2.91 M (2.27-3.67)
-default grid, >= 0.3 s   9 + 9       3.19 M (2.16-3.62)      3.81 M (2.42-4.19)
-default e2e, 7 calls     4 + 4       1.83 M (1.05-1.86)      1.87 M (1.79-2.31)
-=======================  ==========  ======================  ======================
+==========================  ==========  ======================  ======================
+figure                      runs        main                    this
+==========================  ==========  ======================  ======================
+default e2e, >= 0.3 s       6 + 6       1.33 M (1.24-2.12)      1.98 M (1.80-2.83)
+bench-grid e2e, >= 0.3 s    6 + 6       2.24 M (2.10-2.72)      2.39 M (2.12-2.75)
+default grid, >= 0.3 s      6 + 6       2.37 M (2.07-3.20)      2.60 M (2.39-2.74)
+default e2e, 7 calls        4 + 4       1.45 M (1.41-1.93)      2.62 M (2.39-2.88)
+bench-grid e2e, 7 calls     4 + 4       2.40 M (2.02-2.88)      2.88 M (2.47-3.30)
+==========================  ==========  ======================  ======================
 
-(load 1.6-1.8; the last row with main's script: 7 calls, no CPU-time floor.) A warm default call:
-6.8 ms (5.6-8.0, under the 11.0 ms of the 1.5 M target in every run) against main's 7.8 ms
-(7.2-13.6, over it in 3 runs of 9). What changed:
+(load 1.5-2.0; the 7-call rows with main's script: no CPU-time floor.) A warm default call: 8.4 ms
+(5.8-9.2) with this script, 6.3 ms (5.7-6.9) with main's, under the 11.0 ms of the 1.5 M target in
+every run; main's code 12.4 ms (7.8-13.3) and 11.4 ms (8.6-11.7), over it in 7 runs of 10. An
+earlier set (01:40-01:53, load 1.6-1.8, nine runs each, before the last grid commit): default e2e
+2.13 M (1.21-2.29) -> 2.45 M (2.07-2.94). What changed:
 the table is built from the grid's dtype blocks on pandas 3 (``create_dataframe_from_blocks``;
 1.12 -> 0.32 ms; pandas 2 keeps the constructor), the phase and energy-profile columns are kept per
 (values, run lengths) (0.19 -> 0.03 ms each), the classes' columns are read out of their table once
