@@ -562,6 +562,8 @@ def text_runs(values: np.ndarray, counts: tuple[int, ...]):
 
 @lru_cache(maxsize=16)
 def _text_runs(typed_values: tuple[tuple[type, object], ...], counts: tuple[int, ...]) -> tuple[object, object]:
+    """The kept column of :func:`text_runs`: (its pandas dtype and Arrow array) or (``None`` and a
+    read-only object array)."""
     values = np.array([v for _, v in typed_values], dtype=object)
     col = text_column(values, np.repeat(np.arange(len(values)), counts))
     if isinstance(col, np.ndarray):
