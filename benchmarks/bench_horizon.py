@@ -60,6 +60,29 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
     15.7. No option brings a window near the 10-s target of the whole plan: what is left is the
     formulation's root (fewer, tighter rows), not solver settings.
 
+    Formulation and start experiments (2026-12-02, load 1.3-1.6, single runs): the LP relaxation of
+    window 2 is 48.25 M against the 49.53 M optimum (2.6 %), all of it in ``held_term`` (vPod
+    rounding: 36 groups hold vPods in both, 24 of them fractionally in the LP; the last-peak
+    forecast is flat, so the 6 epochs repeat one plan). Neither of the following closes it:
+
+    * ``held_if_used`` (n >= r / d, the disaggregated link) added to every window MILP: the plan
+      took 129.0 s against 111.4 s (first window 57.8 s against 45.3 s), the same plan (rows hashed).
+    * Reduced-cost fixing before the solve, from the LP and the window's own optimum as the upper
+      bound (exact): 105 of 666 integer columns fixed, 14.9 s against 13.2 s.
+    * A start solution (the window's own optimum, integer part; HiGHS completes it): window 2
+      13.2 -> 11.8 s, window 0 85.2 -> 52.1 s. The bound proof, not the incumbent, is the cost; the
+      warm solve returns another integer solution of the same cost.
+    * ``mip_rel_gap`` 1e-4 / 1e-3 against 1e-6 (window 0 97.1 / 84.8 s against 67.1 s; window 2
+      13.7 / 10.9 s against 13.5 s; window 3 10.8 / 12.6 s against 11.5 s).
+    * Row families dropped (not valid, to see which rows the root pays for): ``shrink_limit`` 16.1 s,
+      ``growth_limit`` 16.8, ``placement`` 15.9, ``creation`` and ``deletion`` 11.7,
+      ``shrink_hold`` past 120 s. No family dominates.
+    * Two HiGHS threads on window 2: 11.0 s against 12.1 s with one.
+
+    ``plan --out`` on the default, profiled (cProfile, 291 s with its overhead, load 0.3-1.6): the
+    window MILPs of the plan and of the oracle baseline 238 s (82 %), the replays 21 s, the report
+    14 s, the relaxation bounds 3.7 s, the auto-scalers 4.9 s.
+
 Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
 the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
 """
