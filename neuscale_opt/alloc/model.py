@@ -23,7 +23,7 @@ class _Rows:
     builders then index dicts, not data frames)."""
 
     def __init__(self, ctx: EpochContext) -> None:
-        cfg, grp = ctx.configs, ctx.groups
+        cfg, grp = ctx.table("configs"), ctx.table("groups")
         self.ids = [str(k) for k in cfg["config_id"].tolist()]
         self.bucket = [str(b) for b in cfg["bucket"].tolist()]
         self.phase = [str(p) for p in cfg["phase"].tolist()]

@@ -54,7 +54,7 @@ _ROW_COLUMNS = (*ALLOC_COLUMNS[ALLOC_COLUMNS.index("bucket") : ALLOC_COLUMNS.ind
 def _rows(ctx: EpochContext, ep: EpochPlan) -> list[dict[str, Any]]:
     if not any(v > 0 for v in ep.x.values()) and not any(v > 0 for v in ep.n.values()):
         return []
-    cfg = ctx.configs
+    cfg = ctx.table("configs")
     records = list(zip(*(cfg[c].tolist() for c in _ROW_COLUMNS), strict=True))
     by_id = {r[10]: r for r in records}
     first_of_group: dict[Any, tuple[Any, ...]] = {}
@@ -311,7 +311,7 @@ def _saturated_chips(ctx: EpochContext, n: dict[Any, float]) -> str:
 
 def build_context_like(ctx: EpochContext, **changes: Any) -> EpochContext:
     """A copy of ``ctx`` with some option fields changed (data tables shared, never modified)."""
-    return EpochContext(**{**ctx.__dict__, "options": ctx.options.replace(**changes)})
+    return ctx.replace(options=ctx.options.replace(**changes))
 
 
 def _check(coeffs: Coefficients) -> None:
