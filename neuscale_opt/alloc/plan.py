@@ -119,9 +119,10 @@ def _assemble(
             diagnosis = ep.diagnosis
         epochs.append({"epoch": ctx.epoch, "status": ep.status, **info})
     status = worst_status(e["status"] for e in epochs)
-    alloc = empty_allocations()
     if rows:
         alloc = tidy_allocations(pd.DataFrame({c: [r[c] for r in rows] for c in ALLOC_COLUMNS}))
+    else:
+        alloc = empty_allocations()
     unserved = empty_unserved()
     if uns:
         unserved = tidy_unserved(pd.DataFrame(uns, columns=["epoch", "bucket", "unserved_rps"]))
