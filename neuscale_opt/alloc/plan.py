@@ -34,9 +34,9 @@ from neuscale_opt.alloc.placement import milp_placements, placed_counts, placeme
 from neuscale_opt.alloc.solution import (
     ALLOC_COLUMNS,
     Solution,
+    allocations_table,
     empty_allocations,
     empty_unserved,
-    tidy_allocations,
     tidy_placements,
     tidy_unserved,
     verdict_status,
@@ -119,10 +119,7 @@ def _assemble(
             diagnosis = ep.diagnosis
         epochs.append({"epoch": ctx.epoch, "status": ep.status, **info})
     status = worst_status(e["status"] for e in epochs)
-    if rows:
-        alloc = tidy_allocations(pd.DataFrame({c: [r[c] for r in rows] for c in ALLOC_COLUMNS}))
-    else:
-        alloc = empty_allocations()
+    alloc = allocations_table(rows)
     unserved = empty_unserved()
     if uns:
         unserved = tidy_unserved(pd.DataFrame(uns, columns=["epoch", "bucket", "unserved_rps"]))

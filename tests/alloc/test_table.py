@@ -53,3 +53,24 @@ def test_membership_and_length_read_like_a_frame():
     t = Table(_frame()).take(np.array([], dtype=np.int64))
     assert len(t) == 0 and t.empty and "f" in t and "nope" not in t
     assert t.frame().shape == (0, 3)
+
+
+def test_allocation_rows_sorted_with_integer_counts_and_stable_rates():
+    from neuscale_opt.alloc.solution import ALLOC_COLUMNS, allocations_table
+
+    def row(epoch, group, bucket, rate, n=1.0):
+        return {
+            "epoch": epoch, "bucket": bucket, "phase": "colocated", "chip": "v5e", "shape": "2x2",
+            "chips_per_vpod": 4, "tp": 4, "pp": 1, "ep": 1, "batch": 8, "vpod_type": group,
+            "config_id": f"{group}|{bucket}", "vpod_group": group, "n_vpods": n, "rate_rps": rate,
+        }  # fmt: skip
+
+    out = allocations_table([row(1, "g", "a", 1.0), row(0, "h", "b", 0.1 + 0.2, 2.0), row(0, "g", "c", 2.5)])
+    assert list(out.columns) == list(ALLOC_COLUMNS)
+    assert list(zip(out["epoch"], out["vpod_group"], out["bucket"], strict=True)) == [
+        (0, "g", "c"), (0, "h", "b"), (1, "g", "a"),
+    ]  # fmt: skip
+    assert out["n_vpods"].tolist() == [1, 2, 1] and out["n_vpods"].dtype == np.int64
+    assert out["rate_rps"].tolist() == [2.5, 0.3, 1.0]  # 0.30000000000000004 to ten digits
+    assert out.attrs["unit"]["rate_rps"] == "req/s"
+    assert allocations_table([]).empty
