@@ -56,9 +56,9 @@ GROUP_COLUMNS: tuple[str, ...] = (
 
 
 class _TableField:
-    """A table field of :class:`EpochContext`: set to a DataFrame or a :class:`Table`, read as a
-    DataFrame (a table's frame is built at the first read; the hot path reads the table itself,
-    ``EpochContext.table(name)``)."""
+    """A table field of :class:`EpochContext` and :class:`Prepared`: set to a DataFrame or a
+    :class:`Table`, read as a DataFrame (a table's frame is built at the first read; the hot path
+    reads the table itself, ``EpochContext.table(name)``, ``Prepared.table``)."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.slot = f"_{name}_table"
@@ -380,14 +380,14 @@ class Prepared:
     keys, dominated groups pruned, and the resolved unserved penalty."""
 
     options: PlanOptions
-    table: Table
+    configs: pd.DataFrame = _TableField()  # type: ignore[assignment]
     penalty_per_req: float
     placement: Mapping[str, GenPlacementData] = field(default_factory=dict)
 
     @property
-    def configs(self) -> pd.DataFrame:
-        """The prepared configurations as a DataFrame (built at the first read, then shared)."""
-        return self.table.frame()
+    def table(self) -> Table:
+        """``configs`` as a :class:`Table` (columns read as arrays, no DataFrame built)."""
+        return self.__dict__["_configs_table"]
 
 
 def placed_pods(coeffs: Coefficients, options: PlanOptions) -> list[StateGroup]:
@@ -480,7 +480,7 @@ def _prepare(coeffs: Coefficients, options: PlanOptions) -> Prepared:
     groups = placed_pods(coeffs, options)
     cfg = cfg.with_columns(placed_shape=_placed_shapes(cfg, {g.state.chip for g in groups}))
     data = placement_data(groups, cfg) if groups and not cfg.empty else {}
-    return Prepared(options=options, table=cfg, penalty_per_req=penalty, placement=data)
+    return Prepared(options=options, configs=cfg, penalty_per_req=penalty, placement=data)
 
 
 def build_context(
