@@ -26,35 +26,34 @@ ours is never slower, at least 10x faster wherever CBC takes more than 1 s, and 
 or better (lower). Times are medians over ``--repeat`` interleaved runs in one process (ratios in
 one run); runs that hit CBC's time limit are not repeated.
 
-History: the previous step (recorded model rows, paused GC, ``slice_linking`` rows; measured at a
-load of 1.3-1.9) had ours at 49 / 77 / 80 / 104 ms at S = 1 / 2 / 4 / 8 and 208 ms on 10 x 10 x 8
-(CBC 24 / 37 / 88 / 192 / 1190 ms): 5.7x on 10 x 10 x 8, 2x slower at S = 1 and 2.
+History (medians over alternating runs, shared 2-core machine): ours 49 / 77 / 80 / 104 / 208 ms
+at S = 1 / 2 / 4 / 8 / 10 x 10 x 8 before the recorded-rows step; 21-28 / 25-32 / 25-37 / 24-27 /
+66-83 ms at ``9eb37b9`` (2026-12-02 00:05, load 0.6-1.8), 0.54-0.83x behind CBC at S = 1 and 2,
+8.0-9.9x on 10 x 10 x 8.
 
-Measured 2026-12-01 23:44-23:50 UTC, the previous code (``768a1dd``) and this one (``83f3ebf``:
-epoch context, dominance presolve, evaluation and plan rows with fewer pandas steps; same models,
-same HiGHS options) run alternately, six runs each (``--repeat 5``), shared 2-core machine at a load
-average of 0.6-1.5 (other jobs running). Both reproduce the published 6.70 USD/h; equal optima
-everywhere (7.34 USD/h on 6 x 6, 7.516 on 10 x 10). Median over the runs of the median wall ms,
-ours before -> after (CBC in the runs of this code): S = 1 29.9 -> 27.9 (18.5), S = 2 43.4 -> 32.1
-(24.2), S = 4 50.5 -> 37.2 (40.7), S = 8 40.5 -> 27.3 (68.6), 10 x 10 x 8 S = 8 93.7 -> 83.3 (741).
-Per run (ratios in one run) this code is 1.05-1.48x ahead of CBC at S = 4, 2.5-2.6x at S = 8 and
-8.0-9.7x on 10 x 10 x 8 (median 8.7x: the 10x target is missed), and still behind at S = 1
-(0.54-0.81x) and S = 2 (0.72-0.82x). Four more alternating runs each at ``7a2cb91`` (23:55-23:56,
-load 1.2-1.8, every figure slower): ratios 0.58-0.65x (S = 1), 0.64-1.3x (S = 2), 1.06-1.56x
-(S = 4), 2.3-2.6x (S = 8), 8.1-9.9x (10 x 10 x 8, ours 83 ms median against 108 ms before).
-Again at ``9eb37b9``, 00:04-00:05 UTC, in the two alternating runs each before the load passed 1.7:
-ours 21.2-21.5 ms at S = 1 (CBC 14.2-14.5, 0.66-0.68x; before 24.5-25.6 ms), 24.5-25.0 ms at S = 2
-(0.81-0.83x; before 28.5-28.8), 24.8-24.9 ms at S = 4 (1.28x), 23.5 ms at S = 8 (2.5-2.6x) and
-66-67 ms on 10 x 10 x 8 (8.7x; before 69.5 ms, 8.2-8.4x).
+Measured 2026-12-02 02:06-02:07 UTC, main's code (``3bbfca6``) and this one (``2c6e096``: the
+planner's working tables read as numpy columns, ``alloc/table.py``, DataFrames built only when a
+reader asks; monomial-term model rows; recorded rows compiled in one pass; the allocations table
+built once; same models and HiGHS options, every shipped and generated plan and the HiGHS arrays
+hashed identical) run alternately, four runs each (``--repeat 5``), load average 0.7-0.9. Median
+over the runs of the median wall ms, main -> this (CBC in this code's runs): S = 1 30.1 -> 20.9
+(18.2), S = 2 31.1 -> 30.1 (30.6), S = 4 30.1 -> 30.4 (44.9), S = 8 32.3 -> 28.4 (85.6),
+10 x 10 x 8 82.8 -> 85.4 (858). Ratios (CBC / ours, per run): S = 1 0.50-0.85x -> 0.68-1.05x
+(median 0.82x: still behind), S = 2 0.82-0.96x -> 0.97-1.12x (median 1.00x), S = 4 1.34-2.09x,
+S = 8 2.87-3.53x, 10 x 10 x 8 7.1-11.5x -> 8.3-12.0x (median 11.0x). An earlier alternating round
+(01:59-02:00, load 0.9-1.0, before the last step) gave S = 1 24.8 -> 19.0 ms (0.90x), S = 2
+36.8 -> 26.0 ms (1.20x), 10 x 10 x 8 95.6 -> 75.5 ms (11.2x).
 
-Where a 6 x 6 S = 1 call goes (medians of 15 calls, load 1.3-1.5, fresh coefficients): HiGHS
-6-9 ms (a root node without LP iterations: its fixed set-up), the context about 8 ms (this
-benchmark builds new coefficients for every call, so the prepared-table reuse of
-``context.prepare`` does not apply), the Pyomo model and its rows about 4.5 ms, the assembly with
-the independent evaluation about 8.5 ms; a whole CBC run is 16-21 ms. HiGHS options were tried on
-these configurations: presolve off is slower; feasibility jump off is faster (e.g. 21 -> 13 ms on the
-continuous 6 x 6) but changes the returned plan among equal-cost optima on shipped instances, so it
-is not used.
+Where a 6 x 6 S = 1 call goes (medians of 40 calls, fresh coefficients, load 1.0): HiGHS 6.0 ms
+(a root node without LP iterations: its fixed set-up), ``prepare`` 1.6 ms (this benchmark builds
+new coefficients for every call, so the prepared-table reuse of ``context.prepare`` does not
+apply), the epoch context 0.5 ms, the Pyomo model 2.2 ms and its rows 1.1 ms, the assembly 5.0 ms
+of which the independent evaluation 2.5 ms; about 18 ms a call in all (in the benchmark, which
+alternates with CBC runs, 19-21 ms). HiGHS options were tried on these configurations: presolve
+off is slower; feasibility jump off is faster at S = 2 (about 8.7 -> 3.4 ms) but changes the
+returned plan among equal-cost optima (on shipped instances too), so it is not used; symmetry
+detection, heuristic effort, ZI rounding/shifting, root reduced-cost and restarts off gave no
+measurable gain.
 """
 
 from __future__ import annotations

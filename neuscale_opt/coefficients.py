@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -184,16 +185,21 @@ def meets_slo(configs: pd.DataFrame, buckets: pd.DataFrame, rtol: float = 1e-9) 
     target only, a ``colocated`` vPod to all three (TTFT, TPOT, end-to-end). A class absent from
     ``buckets`` has no target. Plain numpy on the columns (the planner calls it on every plan).
     """
+    return pd.Series(slo_ok(configs, buckets, rtol), index=configs.index, name="slo_ok")
+
+
+def slo_ok(configs: pd.DataFrame | Any, buckets: pd.DataFrame, rtol: float = 1e-9) -> np.ndarray:
+    """:func:`meets_slo` as a boolean array, ``configs`` a table or anything whose columns read as
+    arrays by name (e.g. :class:`neuscale_opt.alloc.table.Table`)."""
     names = buckets["bucket"].tolist()
     where = {b: i for i, b in enumerate(names)}
     if len(where) != len(names):
         raise ValueError("buckets: a class is listed twice")
     missing = len(names)  # a class without a row in ``buckets`` reads the NaN row: no target
-    codes, classes = pd.factorize(configs["bucket"].to_numpy(dtype=object))
+    codes, classes = pd.factorize(np.asarray(configs["bucket"], dtype=object))
     pos = np.array([where.get(b, missing) for b in classes] + [missing], dtype=np.int64)[codes]
-    phase = configs["phase"].to_numpy()
-    res = slo_within(configs, buckets, pos, phase == "decode", phase == "prefill", phase == "colocated", rtol)
-    return pd.Series(res, index=configs.index, name="slo_ok")
+    phase = np.asarray(configs["phase"])
+    return slo_within(configs, buckets, pos, phase == "decode", phase == "prefill", phase == "colocated", rtol)
 
 
 def slo_within(

@@ -104,14 +104,18 @@ def safe_load(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> np
     if n == 0:
         return np.zeros(0)
     slo = buckets.set_index("bucket")
-    b = configs["bucket"].astype(str)
+    b = pd.Series(np.asarray(configs["bucket"], dtype=object)).astype(str)  # a table or its columns by name
+
+    def floats(name: str) -> np.ndarray:
+        return np.asarray(configs[name], dtype=float)
+
     target_s = b.map(slo["ttft_slo_s"]).astype(float).to_numpy()
     out_tok = b.map(slo["output_tokens"]).astype(float).to_numpy()
-    ttft = configs["ttft_s"].astype(float).to_numpy()
-    tpot = configs["tpot_s"].astype(float).to_numpy()
-    phase = configs["phase"].astype(str).to_numpy()
-    slots = configs["batch"].astype(float).to_numpy() * configs["pp"].astype(float).to_numpy()
-    mu = configs["max_rate_rps"].astype(float).to_numpy()
+    ttft = floats("ttft_s")
+    tpot = floats("tpot_s")
+    phase = np.array([str(p) for p in np.asarray(configs["phase"], dtype=object).tolist()], dtype=object)
+    slots = floats("batch") * floats("pp")
+    mu = floats("max_rate_rps")
     known = np.isfinite(target_s) & np.isfinite(ttft) & (np.isfinite(tpot) | (phase == "prefill")) & (mu > 0)
     known &= np.isfinite(out_tok)
     u = np.full(n, DEFAULT_UTIL_CAP)

@@ -11,18 +11,19 @@ object; the symbols match ``formulations/allocation.md``. No Pyomo in here.
 
 from __future__ import annotations
 
-import copy
 import math
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from neuscale_opt.alloc.attainment import row_shares
 from neuscale_opt.alloc.options import DEFAULT_PENALTY_FACTOR, PlanOptions
-from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
+from neuscale_opt.alloc.table import Table
+from neuscale_opt.coefficients import J_PER_KWH, Coefficients, slo_ok
 from neuscale_opt.energy import expected_energy_j_per_planned_req
 from neuscale_opt.errors import InputError
 from neuscale_opt.topology.patterns import GenPlacementData, fleet_placement_data
@@ -54,6 +55,23 @@ GROUP_COLUMNS: tuple[str, ...] = (
 )
 
 
+class _TableField:
+    """A table field of :class:`EpochContext` and :class:`Prepared`: set to a DataFrame or a
+    :class:`Table`, read as a DataFrame (a table's frame is built at the first read; the hot path
+    reads the table itself, ``EpochContext.table(name)``, ``Prepared.table``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}_table"
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> pd.DataFrame:
+        if obj is None:
+            raise AttributeError("no default")  # a field without a default
+        return obj.__dict__[self.slot].frame()
+
+    def __set__(self, obj: Any, value: pd.DataFrame | Table) -> None:
+        obj.__dict__[self.slot] = value if isinstance(value, Table) else Table(value)
+
+
 @dataclass(frozen=True)
 class EpochContext:
     """Everything one epoch's allocation problem needs (symbols of ``formulations/allocation.md``).
@@ -81,13 +99,25 @@ class EpochContext:
     pue: float
     carbon_kg_per_kwh: float
     penalty_per_req: float
-    configs: pd.DataFrame
-    groups: pd.DataFrame
+    configs: pd.DataFrame = _TableField()  # type: ignore[assignment]
+    groups: pd.DataFrame = _TableField()  # type: ignore[assignment]
     demand: dict[tuple[str, str], float]
     inventory: dict[str, float]
     bucket_rate: dict[str, float]
     placement: Mapping[str, GenPlacementData] = field(default_factory=dict)
     input_tokens: dict[str, float] = field(default_factory=dict)
+
+    def table(self, name: str) -> Table:
+        """``configs`` or ``groups`` as a :class:`Table` (columns read as arrays, no DataFrame built)."""
+        return self.__dict__[f"_{name}_table"]
+
+    def replace(self, **changes: Any) -> EpochContext:
+        """A copy with some fields changed (the tables shared, never modified, their frames unbuilt)."""
+        now = {
+            f.name: self.table(f.name) if f.name in ("configs", "groups") else getattr(self, f.name)
+            for f in fields(self)
+        }
+        return EpochContext(**{**now, **changes})
 
     @property
     def cover(self) -> list[tuple[str, str]]:
@@ -110,10 +140,16 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
     prefill row must also meet the TTFT target once the KV transfer is added (see the formulation,
     "KV transfer"), and every row's rate is capped by its vPod's DCN bandwidth.
     """
-    cfg = coeffs.configs
-    keep = cfg["phase"].isin(phases_for(options.serving)).to_numpy() & meets_slo(cfg, coeffs.buckets).to_numpy()
+    return usable_table(coeffs, options).frame()
+
+
+def usable_table(coeffs: Coefficients, options: PlanOptions) -> Table:
+    """:func:`usable_configs` as a :class:`Table` (its DataFrame not built)."""
+    src = Table(coeffs.configs)
+    phases = phases_for(options.serving)
+    keep = np.array([p in phases for p in src["phase"].tolist()], dtype=bool) & slo_ok(src, coeffs.buckets)
     if options.serving == "disaggregated":
-        cfg = cfg.iloc[np.flatnonzero(keep)].copy()
+        cfg = coeffs.configs.iloc[np.flatnonzero(keep)].copy()
         chips = coeffs.chips.set_index("chip")
         bw = cfg["chip"].map(chips["dcn_bytes_per_s"]).astype(float) * cfg["chips_per_vpod"].astype(float)
         e_byte = cfg["chip"].map(chips["dcn_energy_j_per_byte"]).astype(float).fillna(0.0)
@@ -136,19 +172,19 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
         cfg["kv_transfer_s"] = np.where(pre, xfer_s, 0.0)
         cfg["util"] = row_shares(cfg, coeffs, options)
         cfg["cap_rps"] = cfg["util"] * mu
-        cfg = cfg[~late]
-        cap = cfg["cap_rps"].to_numpy(dtype=float)
+        cfg = Table(cfg[~late])
+        cap = np.asarray(cfg["cap_rps"], dtype=float)
         derived = {}
     else:  # colocated: the derived columns are added once, to the final rows (one take of the table)
-        cfg = coeffs.configs if keep.all() else coeffs.configs.iloc[np.flatnonzero(keep)]
+        cfg = src if keep.all() else src.take(np.flatnonzero(keep))
         util = np.asarray(row_shares(cfg, coeffs, options), dtype=float)
-        cap = util * cfg["max_rate_rps"].to_numpy(dtype=float)
+        cap = util * np.asarray(cfg["max_rate_rps"], dtype=float)
         zero = np.zeros(len(cfg))
         derived = {"dcn_j_per_req": zero, "kv_transfer_s": zero.copy(), "util": util, "cap_rps": cap}
     rows = np.flatnonzero(cap > 0)
-    ids = cfg["config_id"].to_numpy(dtype=object)[rows]
+    ids = np.asarray(cfg["config_id"], dtype=object)[rows]
     order = rows[np.argsort(ids, kind="stable")]  # by config id, ties in table order (a stable sort)
-    return take_rows(cfg, order, {c: v[order] for c, v in derived.items()})
+    return Table(cfg, order, {c: v[order] for c, v in derived.items()})
 
 
 def take_rows(
@@ -162,33 +198,13 @@ def take_rows(
     order) when given; text columns become numpy object
     columns (the same strings): the planner's working tables are filtered and indexed many times
     per plan, several times faster on object columns than on pandas 3's Arrow-backed strings."""
-    cols: dict[str, object] = {}
-    items = df.items() if columns is None else ((c, df[c]) for c in columns)
-    for c, col in items:  # one pass over the columns
-        t = col.dtype
-        if isinstance(t, np.dtype):
-            cols[c] = col.to_numpy()[rows]
-        elif pd.api.types.is_string_dtype(t):
-            cols[c] = col.to_numpy(dtype=object)[rows]
-        else:
-            cols[c] = col.array.take(rows)
-    cols.update(extra or {})
-    # object columns stay object (a frame built from object arrays would infer strings anew)
-    index = pd.RangeIndex(len(rows))
-    cols = {
-        c: pd.Series(v, index=index, dtype=object, copy=False)
-        if isinstance(v, np.ndarray) and v.dtype.kind == "O"
-        else v
-        for c, v in cols.items()
-    }
-    out = pd.DataFrame(cols, index=index)
-    if df.attrs:
-        out.attrs = copy.deepcopy(df.attrs)
-    return out
+    if columns is not None:
+        columns = [*columns, *(c for c in extra or {} if c not in columns)]
+    return Table(df, rows, extra, columns).frame()
 
 
-def objective_coefficients(cfg: pd.DataFrame, coeffs: Coefficients, objective: str, epoch_s: float):
-    """Per-request (a_k) and per-vPod-held-per-epoch (h_k) objective coefficients of each row.
+def objective_coefficients(cfg: pd.DataFrame | Table, coeffs: Coefficients, objective: str, epoch_s: float):
+    """Per-request (a_k) and per-vPod-held-per-epoch (h_k) objective coefficients of each row (arrays).
 
     The dynamic energy per provisioned request is the load-dependent model's (E7 of the
     formulation, :func:`neuscale_opt.energy.expected_energy_j_per_planned_req`) at the design load
@@ -197,10 +213,10 @@ def objective_coefficients(cfg: pd.DataFrame, coeffs: Coefficients, objective: s
     dyn = np.asarray(busy + marginal, dtype=float)
 
     def col(name: str) -> np.ndarray:  # NaN read as 0
-        return np.nan_to_num(cfg[name].to_numpy(dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
+        return np.nan_to_num(np.asarray(cfg[name], dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
 
-    def series(v: np.ndarray) -> pd.Series:
-        return pd.Series(v, index=cfg.index)
+    def series(v: np.ndarray) -> np.ndarray:
+        return np.asarray(v, dtype=float)
 
     kg_per_j = coeffs.carbon_kg_per_kwh / J_PER_KWH
     if objective == "energy":
@@ -219,18 +235,19 @@ def default_penalty(coeffs: Coefficients, options: PlanOptions) -> float:
     carry at least 1/DEFAULT_PENALTY_FACTOR of its capacity. 1.0 objective unit when every
     configuration is free, so that a free fleet still prefers serving.
     """
-    cfg = usable_configs(coeffs, options)
+    cfg = usable_table(coeffs, options)
     if cfg.empty:
         return 1.0
     a, h = objective_coefficients(cfg, coeffs, options.objective, float(coeffs.epoch_s))
     return _penalty_of(cfg, a, h, float(coeffs.epoch_s))
 
 
-def _penalty_of(cfg: pd.DataFrame, a, h, epoch_s: float) -> float:
+def _penalty_of(cfg: Table, a, h, epoch_s: float) -> float:
     """:func:`default_penalty` from the usable rows and their objective coefficients."""
     if cfg.empty:
         return 1.0
-    per_req = np.asarray(h, dtype=float) / (cfg["cap_rps"].to_numpy(dtype=float) * epoch_s) + np.asarray(a, dtype=float)
+    cap = np.asarray(cfg["cap_rps"], dtype=float)
+    per_req = np.asarray(h, dtype=float) / (cap * epoch_s) + np.asarray(a, dtype=float)
     worst = float(per_req.max())
     return DEFAULT_PENALTY_FACTOR * worst if worst > 0 else 1.0
 
@@ -291,17 +308,17 @@ def shared_slo_ok(rows: list[_Shared], phase: str, rtol: float = 1e-9) -> bool:
     return True
 
 
-def shared_groups(cfg: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
+def shared_groups(cfg: pd.DataFrame | Table, buckets: pd.DataFrame) -> np.ndarray:
     """The pooled variant's group g(k) of each configuration row: per vPod type, its classes in
     order of prompt length (then name) are cut into consecutive clusters, each grown while
     :func:`shared_slo_ok` holds and closed at the first class that would break it. The first
     cluster's group is the vPod type, the next ones ``<vpod type>/<first class>``. Every class of a
     type is in exactly one cluster, so a dedicated plan is a pooled plan (pooled is never worse)."""
     if cfg.empty:
-        return pd.Series([], index=cfg.index, dtype=object)
-    vtype = [str(v) for v in cfg["vpod_type"].tolist()]
+        return np.array([], dtype=object)
+    vtype = [str(v) for v in np.asarray(cfg["vpod_type"], dtype=object).tolist()]
     names = [str(x) for x in buckets["bucket"].tolist()]
-    classes = [str(x) for x in cfg["bucket"].tolist()]
+    classes = [str(x) for x in np.asarray(cfg["bucket"], dtype=object).tolist()]
     # a vPod type none of whose classes has an SLO target shares whole: every check of rule SH1-SH3
     # needs a target (profiled tables, e.g. Mélange's, have none)
     targets = [c for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s") if c in buckets]
@@ -314,10 +331,11 @@ def shared_groups(cfg: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
         if free[v] and not per_class.get(c, True):
             free[v] = False
     if all(free.values()):
-        return pd.Series(vtype, index=cfg.index, dtype=object)
+        return np.array(vtype, dtype=object)
 
-    def col(frame_col: pd.Series) -> list[float]:
-        return frame_col.astype(float).fillna(0.0).tolist()
+    def col(values) -> list[float]:  # NaN read as 0
+        v = np.asarray(values, dtype=float)
+        return np.where(np.isnan(v), 0.0, v).tolist()
 
     def slo_col(name: str) -> list[float]:
         if name not in buckets:
@@ -325,7 +343,8 @@ def shared_groups(cfg: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
         by_name = dict(zip(names, buckets[name].astype(float).tolist(), strict=True))
         return [by_name.get(x, math.nan) for x in classes]
 
-    ttft = np.asarray(col(cfg["ttft_s"])) + np.asarray(col(cfg.get("kv_transfer_s", pd.Series(0.0, index=cfg.index))))
+    kv_s = cfg["kv_transfer_s"] if "kv_transfer_s" in cfg else np.zeros(len(cfg))
+    ttft = np.asarray(col(cfg["ttft_s"])) + np.asarray(col(kv_s))
     rows = [
         _Shared(*vals)
         for vals in zip(
@@ -333,7 +352,7 @@ def shared_groups(cfg: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
             slo_col("ttft_slo_s"), slo_col("tpot_slo_s"), slo_col("e2e_slo_s"), strict=True,
         )
     ]  # fmt: skip
-    phase = cfg["phase"].astype(str).tolist()
+    phase = [str(p) for p in np.asarray(cfg["phase"], dtype=object).tolist()]
     by_type: dict[str, list[int]] = {}
     for i, v in enumerate(vtype):
         by_type.setdefault(v, []).append(i)
@@ -352,7 +371,7 @@ def shared_groups(cfg: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
             for i in idx[start:j]:
                 out[i] = name
             start = j
-    return pd.Series(out, index=cfg.index, dtype=object)
+    return np.array(out, dtype=object)
 
 
 @dataclass(frozen=True)
@@ -361,9 +380,14 @@ class Prepared:
     keys, dominated groups pruned, and the resolved unserved penalty."""
 
     options: PlanOptions
-    configs: pd.DataFrame
+    configs: pd.DataFrame = _TableField()  # type: ignore[assignment]
     penalty_per_req: float
     placement: Mapping[str, GenPlacementData] = field(default_factory=dict)
+
+    @property
+    def table(self) -> Table:
+        """``configs`` as a :class:`Table` (columns read as arrays, no DataFrame built)."""
+        return self.__dict__["_configs_table"]
 
 
 def placed_pods(coeffs: Coefficients, options: PlanOptions) -> list[StateGroup]:
@@ -375,24 +399,27 @@ def placed_pods(coeffs: Coefficients, options: PlanOptions) -> list[StateGroup]:
     return [g for g in pod_states_from_frame(coeffs.pods) if not math.isinf(inv.get(g.state.chip, math.inf))]
 
 
-def placement_data(groups: list[StateGroup], cfg: pd.DataFrame) -> dict[str, GenPlacementData]:
+def placement_data(groups: list[StateGroup], cfg: pd.DataFrame | Table) -> dict[str, GenPlacementData]:
     """Packing data (patterns per distinct pod state, fine-shape capacities) of each placed generation,
     for the canonical shapes of its usable configurations (the shapes of interest)."""
     chips = {g.state.chip for g in groups}
-    shapes = {
-        str(c): sorted(set(part["placed_shape"])) for c, part in cfg[cfg["chip"].isin(chips)].groupby("chip", sort=True)
-    }
-    return fleet_placement_data(groups, shapes)
+    shapes: dict[str, set] = {}
+    chip_col, shape_col = (np.asarray(cfg[c], dtype=object).tolist() for c in ("chip", "placed_shape"))
+    for c, shape in zip(chip_col, shape_col, strict=True):
+        if c in chips:
+            shapes.setdefault(str(c), set()).add(shape)
+    return fleet_placement_data(groups, {c: sorted(v) for c, v in sorted(shapes.items())})
 
 
-def _placed_shapes(cfg: pd.DataFrame, chips: set[str]) -> pd.Series:
+def _placed_shapes(cfg: Table, chips: set[str]) -> np.ndarray:
     """Canonical shape string of each row of a placed generation (the name the placement layer counts),
     ``None`` elsewhere; an input error when a shape is not allowed on its generation."""
     out: list[str | None] = []
     if not chips:
-        return pd.Series([None] * len(cfg), index=cfg.index, dtype=object)
+        return np.full(len(cfg), None, dtype=object)
     memo: dict[tuple[str, str], str] = {}
-    for chip, shape in zip(cfg["chip"].astype(str), cfg["shape"].astype(str), strict=True):
+    text = (np.asarray(cfg[c], dtype=object).tolist() for c in ("chip", "shape"))
+    for chip, shape in zip(*([str(v) for v in col] for col in text), strict=True):
         if chip not in chips:
             out.append(None)
             continue
@@ -400,7 +427,7 @@ def _placed_shapes(cfg: pd.DataFrame, chips: set[str]) -> pd.Series:
         if key not in memo:
             memo[key] = shape_str(check_shape(chip, shape, where=f"coefficients.configs ({chip})"))
         out.append(memo[key])
-    return pd.Series(out, index=cfg.index, dtype=object)
+    return np.array(out, dtype=object)
 
 
 #: The last few :func:`prepare` results, by coefficient bundle (weakly held) and options.
@@ -433,25 +460,25 @@ def prepare(coeffs: Coefficients, options: PlanOptions) -> Prepared:
 def _prepare(coeffs: Coefficients, options: PlanOptions) -> Prepared:
     """:func:`prepare` itself (uncached)."""
     epoch_s = float(coeffs.epoch_s)
-    cfg = usable_configs(coeffs, options)
+    cfg = usable_table(coeffs, options)
     a, h = objective_coefficients(cfg, coeffs, options.objective, epoch_s)
-    cfg["var_obj_per_req"] = a
-    cfg["held_obj_per_vpod"] = h
+    derived = {"var_obj_per_req": a, "held_obj_per_vpod": h}
     for metric, _limit in options.bounds:
-        cfg[f"bound_{metric}_per_req"], cfg[f"bound_{metric}_held"] = objective_coefficients(
+        derived[f"bound_{metric}_per_req"], derived[f"bound_{metric}_held"] = objective_coefficients(
             cfg, coeffs, metric, epoch_s
         )
     if options.variant == "pooled":
-        cfg["group"] = shared_groups(cfg, coeffs.buckets)
+        derived["group"] = shared_groups(cfg, coeffs.buckets)
     else:
-        cfg["group"] = cfg[GROUPING[options.variant]]
+        derived["group"] = np.asarray(cfg[GROUPING[options.variant]], dtype=object)
+    cfg = cfg.with_columns(**derived)
     if options.unserved_penalty is None:  # the default, from the rows just derived (resolve_options)
         options = options.replace(unserved_penalty=_penalty_of(cfg, a, h, epoch_s))
     penalty = float(options.unserved_penalty or 1.0)
     if options.prune_dominated:
         cfg = prune_dominated(cfg, extra=[(f"bound_{m}_per_req", f"bound_{m}_held") for m, _ in options.bounds])
     groups = placed_pods(coeffs, options)
-    cfg["placed_shape"] = _placed_shapes(cfg, {g.state.chip for g in groups})
+    cfg = cfg.with_columns(placed_shape=_placed_shapes(cfg, {g.state.chip for g in groups}))
     data = placement_data(groups, cfg) if groups and not cfg.empty else {}
     return Prepared(options=options, configs=cfg, penalty_per_req=penalty, placement=data)
 
@@ -464,10 +491,10 @@ def build_context(
     if prepared is None or prepared.options != options:
         prepared = prepare(coeffs, options)
     bucket_rate = _epoch_rates(coeffs.demand, epoch)
-    cfg = prepared.configs
-    demanded = cfg["bucket"].isin(bucket_rate).to_numpy()
+    cfg = prepared.table
+    demanded = np.array([b in bucket_rate for b in cfg["bucket"].tolist()], dtype=bool)
     if not demanded.all():  # else every row is demanded: the prepared table itself (never modified)
-        cfg = cfg.iloc[np.flatnonzero(demanded)].reset_index(drop=True)
+        cfg = cfg.take(np.flatnonzero(demanded))
     groups = _groups(cfg, options.variant)
     demand = {(b, p): r for b, r in bucket_rate.items() for p in phases_for(options.serving)}
     return EpochContext(
@@ -485,7 +512,11 @@ def build_context(
         bucket_rate=bucket_rate,
         placement=prepared.placement,
         input_tokens=dict(
-            zip(coeffs.buckets["bucket"].astype(str), coeffs.buckets["input_tokens"].astype(float), strict=True)
+            zip(
+                (str(b) for b in coeffs.buckets["bucket"].tolist()),
+                coeffs.buckets["input_tokens"].to_numpy(dtype=float).tolist(),
+                strict=True,
+            )
         ),
     )
 
@@ -504,15 +535,13 @@ def _epoch_rates(demand: pd.DataFrame, epoch: int) -> dict[str, float]:
 
 def restrict_classes(ctx: EpochContext, keep: set[str]) -> EpochContext:
     """``ctx`` with the demand of the classes in ``keep`` only (their configurations and groups)."""
-    cfg = ctx.configs[ctx.configs["bucket"].isin(keep)].reset_index(drop=True)
-    return EpochContext(
-        **{
-            **ctx.__dict__,
-            "configs": cfg,
-            "groups": _groups(cfg, ctx.options.variant),
-            "demand": {bp: r for bp, r in ctx.demand.items() if bp[0] in keep},
-            "bucket_rate": {b: r for b, r in ctx.bucket_rate.items() if b in keep},
-        }
+    tab = ctx.table("configs")
+    cfg = tab.take(np.flatnonzero(np.array([b in keep for b in tab["bucket"].tolist()], dtype=bool)))
+    return ctx.replace(
+        configs=cfg,
+        groups=_groups(cfg, ctx.options.variant),
+        demand={bp: r for bp, r in ctx.demand.items() if bp[0] in keep},
+        bucket_rate={b: r for b, r in ctx.bucket_rate.items() if b in keep},
     )
 
 
@@ -522,7 +551,7 @@ def _scalar_cap(options: PlanOptions, coeffs: Coefficients) -> float:
     return float(cap) if cap is not None else math.nan
 
 
-def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[str, str]] | None = None) -> pd.DataFrame:
+def prune_dominated(cfg: Table, rtol: float = 1e-12, extra: list[tuple[str, str]] | None = None) -> Table:
     """Drop the groups another group of the same generation dominates (an exact presolve).
 
     Group g is dominated by g' (same chip, same phase) when, for m = the least integer with
@@ -537,7 +566,10 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[st
         return cfg
 
     def text(name: str) -> np.ndarray:  # the column's values as strings (numpy object array)
-        return np.array([str(v) for v in cfg[name].tolist()], dtype=object)
+        return np.array([str(v) for v in np.asarray(cfg[name], dtype=object).tolist()], dtype=object)
+
+    def floats(name: str) -> np.ndarray:
+        return np.asarray(cfg[name], dtype=float)
 
     grp = text("group")
     bkt = text("bucket")
@@ -552,11 +584,11 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[st
     for col in (text("chip"), text("phase"), *([bkt] if one_class else [])):
         u, inv = np.unique(col, return_inverse=True)
         part_code = part_code * len(u) + inv
-    cap_all = cfg["cap_rps"].to_numpy(dtype=float)
-    a_all = cfg["var_obj_per_req"].to_numpy(dtype=float)
-    chips_all = cfg["chips_per_vpod"].to_numpy(dtype=float)
-    h_all = cfg["held_obj_per_vpod"].to_numpy(dtype=float)
-    extras = [(cfg[ca].to_numpy(dtype=float), cfg[ch].to_numpy(dtype=float)) for ca, ch in extra or []]
+    cap_all = floats("cap_rps")
+    a_all = floats("var_obj_per_req")
+    chips_all = floats("chips_per_vpod")
+    h_all = floats("held_obj_per_vpod")
+    extras = [(floats(ca), floats(ch)) for ca, ch in extra or []]
     keep = np.zeros(len(g_names), dtype=bool)
     order = np.argsort(part_code, kind="stable")
     cuts = np.flatnonzero(np.diff(part_code[order])) + 1
@@ -611,21 +643,21 @@ def prune_dominated(cfg: pd.DataFrame, rtol: float = 1e-12, extra: list[tuple[st
         np.fill_diagonal(dom, False)
         keep[gi[~dom.any(axis=1)]] = True
     rows = keep[g_idx]
-    return cfg.reset_index(drop=True) if rows.all() else cfg[rows].reset_index(drop=True)
+    return cfg if rows.all() else cfg.take(np.flatnonzero(rows))
 
 
-def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
+def _groups(cfg: Table, variant: str) -> Table:
     bound_cols = [c for c in cfg.columns if c.startswith("bound_") and c.endswith("_held")]
     cols = ["group", *GROUP_COLUMNS, "held_obj_per_vpod", "placed_shape", *bound_cols]
     if cfg.empty:
-        return pd.DataFrame(columns=cols)
-    keys = np.array([str(k) for k in cfg["group"].tolist()], dtype=object)
+        return Table(pd.DataFrame(columns=cols))
+    keys = np.array([str(k) for k in np.asarray(cfg["group"], dtype=object).tolist()], dtype=object)
     names, first, inverse = np.unique(keys, return_index=True, return_inverse=True)  # sorted keys
     if variant == "pooled":
         # one value per group of each per-vPod column (NaN counts as a value)
         bad_row = np.zeros(len(keys), dtype=bool)
         for c in (*GROUP_COLUMNS[2:], "held_obj_per_vpod"):
-            v = cfg[c].to_numpy(dtype=float)
+            v = np.asarray(cfg[c], dtype=float)
             f = v[first][inverse]
             bad_row |= ~((v == f) | (np.isnan(v) & np.isnan(f)))
         if bad_row.any():
@@ -636,14 +668,14 @@ def _groups(cfg: pd.DataFrame, variant: str) -> pd.DataFrame:
                 "for the pooled variant)",
                 where="coefficients.configs",
             )
-    return take_rows(cfg, first, columns=cols)
+    return cfg.take(first, columns=cols)
 
 
 def servable_table(ctx: EpochContext) -> dict[tuple[str, str], dict[str, float]]:
     """Per (class, phase) and chip generation, the most req/s the class could get from the whole
     inventory of that generation alone (best configuration, whole vPods only), for all classes at
     once (one pass over the configurations)."""
-    cfg = ctx.configs
+    cfg = ctx.table("configs")
     out: dict[tuple[str, str], dict[str, float]] = {}
     for b, p, chip, per_vpod, cap in zip(
         map(str, cfg["bucket"].tolist()), map(str, cfg["phase"].tolist()), map(str, cfg["chip"].tolist()),

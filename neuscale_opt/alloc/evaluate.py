@@ -34,8 +34,9 @@ import numpy as np
 import pandas as pd
 
 from neuscale_opt.alloc.attainment import row_shares
+from neuscale_opt.alloc.table import Table
 from neuscale_opt.catalog import get_chip
-from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo
+from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo, slo_ok
 from neuscale_opt.energy import arrival_ratio, busy_energy_rate_w, request_energy_split_j, static_energy_j
 from neuscale_opt.topology.check import check_placements
 from neuscale_opt.topology.pods import PLACEABLE, PodState, state_of
@@ -65,7 +66,7 @@ def _rel_ok(lhs: float, rhs: float, rtol: float = RTOL) -> bool:
     return lhs <= rhs + rtol * max(1.0, abs(rhs))
 
 
-def _strs(values: pd.Series) -> list[str]:
+def _strs(values) -> list[str]:
     return [str(v) for v in values.tolist()]
 
 
@@ -86,10 +87,11 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     """
     opts = solution.options
     t = float(coeffs.epoch_s)
-    rows = solution.allocations.copy(deep=False)
-    rows.attrs = {}  # no metadata to carry through every operation below
+    # the plan's rows and the coefficient table, read column by column as arrays
+    alloc = solution.allocations
+    rows = Table(alloc)
     violations: list[str] = []
-    table = coeffs.configs
+    table = Table(coeffs.configs)
 
     # -- rows against the coefficient table ------------------------------------------------
     where = {cid: i for i, cid in enumerate(_strs(table["config_id"]))}
@@ -99,15 +101,11 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         if not ok:
             violations.append(f"row config {cid!r} is not in the coefficient table")
     if not known.all():
-        rows = rows[known].reset_index(drop=True)
+        rows = rows.take(np.flatnonzero(known))
         row_ids = [c for c, ok in zip(row_ids, known, strict=True) if ok]
-    ref = table.iloc[[where[c] for c in row_ids]].reset_index(drop=True)
-    ref.attrs = {}
+    ref = table.take(np.array([where[c] for c in row_ids], dtype=np.int64))
     ids = ref["config_id"].tolist()
     for col in ("bucket", "phase", "chip", "shape", "chips_per_vpod", "vpod_type"):
-        a, b = rows[col].array, ref[col].array
-        if a.dtype == b.dtype and a.equals(b):  # equal values of one type: equal as text too
-            continue
         mine, theirs = _strs(rows[col]), _strs(ref[col])
         if mine == theirs:  # no row to name
             continue
@@ -118,19 +116,19 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     for cid, ph in zip(ids, ref_phase, strict=True):
         if ph not in _PHASES[opts.serving]:
             violations.append(f"row {cid!r}: phase not used by serving mode {opts.serving!r}")
-    slo_ok = meets_slo(ref, coeffs.buckets).to_numpy()
-    for cid, ok in zip(ids, slo_ok, strict=True):
+    for cid, ok in zip(ids, slo_ok(ref, coeffs.buckets), strict=True):
         if not ok:
             violations.append(f"row {cid!r}: configuration misses its class's SLO")
-    rate = rows["rate_rps"].to_numpy(dtype=float)
-    n_v = rows["n_vpods"].to_numpy(dtype=float)
+    rate = np.asarray(rows["rate_rps"], dtype=float)
+    n_v = np.asarray(rows["n_vpods"], dtype=float)
     if (rate < -1e-9).any() or (n_v < 0).any():
         violations.append("negative rate or vPod count")
 
     # -- effective capacity per row (KV transfer bandwidth when disaggregated) ---------------
-    mu = ref["max_rate_rps"].to_numpy(dtype=float)
+    mu = np.asarray(ref["max_rate_rps"], dtype=float)
     dcn_j = np.zeros(len(ref))
     if opts.serving == "disaggregated" and len(ref):
+        ref = ref.frame()  # the rows as a DataFrame: the table lookups below are pandas ones
         chips = coeffs.chips.set_index("chip")
         kv = ref["kv_bytes_per_req"].astype(float).fillna(0.0).to_numpy()
         bw = (
@@ -149,14 +147,15 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     # group's own load
     _, marg_j = request_energy_split_j(ref, u * mu)
     arriving = arrival_ratio(rows, coeffs.demand, coeffs.buckets) * rate
-    epoch_col = rows["epoch"].to_numpy()
+    epoch_col = np.asarray(rows["epoch"])
     group_col = _strs(rows["vpod_group"])
     keys = [f"{e}|{g}" for e, g in zip(_strs(rows["epoch"]), group_col, strict=True)]
     busy_j = busy_energy_rate_w(ref, arriving, n_v, keys)
     dyn_j = busy_j + (marg_j + dcn_j) * arriving
-    static_w = np.nan_to_num(ref["static_power_w"].to_numpy(dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
-    price_h = np.nan_to_num(ref["price_usd_per_hour"].to_numpy(dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
-    emb_h = np.nan_to_num(ref["embodied_kg_per_hour"].to_numpy(dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
+    static_w, price_h, emb_h = (
+        np.nan_to_num(np.asarray(ref[c], dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
+        for c in ("static_power_w", "price_usd_per_hour", "embodied_kg_per_hour")
+    )
 
     # -- groups: one count per (epoch, vpod_group), capacity ---------------------------------
     epochs_int = [int(e) for e in epoch_col.tolist()]
@@ -172,7 +171,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     np.add.at(g_load, gcode, load)
     row_chip = _strs(rows["chip"])
     row_shape = _strs(rows["shape"])
-    row_cpv = rows["chips_per_vpod"].to_numpy(dtype=float)
+    row_cpv = np.asarray(rows["chips_per_vpod"], dtype=float)
     for gi, (e, g) in enumerate(gkeys):
         if g_n[gi] != g_nmin[gi]:
             violations.append(f"epoch {e} group {g!r}: rows disagree on n_vpods")

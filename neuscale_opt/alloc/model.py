@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 
 import pyomo.environ as pyo
-from pyomo.core.expr.numeric_expr import LinearExpression
+from pyomo.core.expr.numeric_expr import LinearExpression, MonomialTermExpression
 
 from neuscale_opt.alloc.context import EpochContext
 from neuscale_opt.topology.milp import add_placement_constraints
@@ -23,7 +23,7 @@ class _Rows:
     builders then index dicts, not data frames)."""
 
     def __init__(self, ctx: EpochContext) -> None:
-        cfg, grp = ctx.configs, ctx.groups
+        cfg, grp = ctx.table("configs"), ctx.table("groups")
         self.ids = [str(k) for k in cfg["config_id"].tolist()]
         self.bucket = [str(b) for b in cfg["bucket"].tolist()]
         self.phase = [str(p) for p in cfg["phase"].tolist()]
@@ -48,11 +48,12 @@ def _rows(m: pyo.ConcreteModel, ctx: EpochContext) -> _Rows:
 
 
 def _linear(coefs: list[float], variables: list) -> LinearExpression | float:
-    """``sum_i coefs[i] * variables[i]`` built directly as one linear expression node (no operator
-    overloading per term); 0.0 when there are no terms."""
+    """``sum_i coefs[i] * variables[i]`` built directly as one linear expression node of monomial
+    terms (no operator overloading per term, and not the keyword form, which checks its lists);
+    0.0 when there are no terms."""
     if not variables:
         return 0.0
-    return LinearExpression(linear_coefs=coefs, linear_vars=variables)
+    return LinearExpression(list(map(MonomialTermExpression, zip(coefs, variables, strict=True))))
 
 
 #: Attribute of a model built here holding its rows as the builders made them (see

@@ -34,9 +34,9 @@ from neuscale_opt.alloc.placement import milp_placements, placed_counts, placeme
 from neuscale_opt.alloc.solution import (
     ALLOC_COLUMNS,
     Solution,
+    allocations_table,
     empty_allocations,
     empty_unserved,
-    tidy_allocations,
     tidy_placements,
     tidy_unserved,
     verdict_status,
@@ -54,7 +54,7 @@ _ROW_COLUMNS = (*ALLOC_COLUMNS[ALLOC_COLUMNS.index("bucket") : ALLOC_COLUMNS.ind
 def _rows(ctx: EpochContext, ep: EpochPlan) -> list[dict[str, Any]]:
     if not any(v > 0 for v in ep.x.values()) and not any(v > 0 for v in ep.n.values()):
         return []
-    cfg = ctx.configs
+    cfg = ctx.table("configs")
     records = list(zip(*(cfg[c].tolist() for c in _ROW_COLUMNS), strict=True))
     by_id = {r[10]: r for r in records}
     first_of_group: dict[Any, tuple[Any, ...]] = {}
@@ -119,9 +119,7 @@ def _assemble(
             diagnosis = ep.diagnosis
         epochs.append({"epoch": ctx.epoch, "status": ep.status, **info})
     status = worst_status(e["status"] for e in epochs)
-    alloc = empty_allocations()
-    if rows:
-        alloc = tidy_allocations(pd.DataFrame({c: [r[c] for r in rows] for c in ALLOC_COLUMNS}))
+    alloc = allocations_table(rows)
     unserved = empty_unserved()
     if uns:
         unserved = tidy_unserved(pd.DataFrame(uns, columns=["epoch", "bucket", "unserved_rps"]))
@@ -311,7 +309,7 @@ def _saturated_chips(ctx: EpochContext, n: dict[Any, float]) -> str:
 
 def build_context_like(ctx: EpochContext, **changes: Any) -> EpochContext:
     """A copy of ``ctx`` with some option fields changed (data tables shared, never modified)."""
-    return EpochContext(**{**ctx.__dict__, "options": ctx.options.replace(**changes)})
+    return ctx.replace(options=ctx.options.replace(**changes))
 
 
 def _check(coeffs: Coefficients) -> None:

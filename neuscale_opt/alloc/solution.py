@@ -61,7 +61,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from neuscale_opt.alloc.options import PlanOptions
@@ -233,23 +232,36 @@ def empty_unserved() -> pd.DataFrame:
 
 
 def tidy_allocations(df: pd.DataFrame) -> pd.DataFrame:
-    """Columns in contract order, integer counts, stable floats, rows sorted."""
+    """Columns in contract order, integer counts, stable floats, rows sorted (:func:`allocations_table`
+    on the frame's rows)."""
     if df.empty:
         return empty_allocations()
-    out = df.copy(deep=False) if tuple(df.columns) == ALLOC_COLUMNS else df[list(ALLOC_COLUMNS)].copy()
-    out.attrs = {}
-    ints = ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods")
-    out = out.assign(
-        **{c: out[c].astype(int) for c in ints if out[c].dtype != np.dtype(int)},
-        rate_rps=[stable_float(float(x)) for x in out["rate_rps"].tolist()],
-    )
-    # sorted by ALLOC_SORT, ties in row order (a stable sort of the key tuples: the order of a
-    # stable multi-column sort_values, without factorising every text column)
-    keys = list(zip(*(out[c].tolist() for c in ALLOC_SORT), strict=True))
+    cols = [df[c].tolist() for c in ALLOC_COLUMNS]
+    return allocations_table([dict(zip(ALLOC_COLUMNS, r, strict=True)) for r in zip(*cols, strict=True)])
+
+
+_INT_COLUMNS = ("epoch", "chips_per_vpod", "tp", "pp", "ep", "batch", "n_vpods")
+
+
+def allocations_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The allocations table of plan rows (dicts with the ``ALLOC_COLUMNS``): columns in contract
+    order, integer counts, stable floats, rows sorted by ``ALLOC_SORT`` (ties in row order), built
+    as one frame."""
+    if not rows:
+        return empty_allocations()
+    cols = {c: [r[c] for r in rows] for c in ALLOC_COLUMNS}
+    for c in _INT_COLUMNS:
+        v = cols[c]
+        if not all(type(x) is int for x in v):
+            cols[c] = [int(x) for x in v]
+    cols["rate_rps"] = [stable_float(float(x)) for x in cols["rate_rps"]]
+    # a stable sort of the key tuples: the order of a stable multi-column sort_values, without
+    # factorising every text column
+    keys = list(zip(*(cols[c] for c in ALLOC_SORT), strict=True))
     order = sorted(range(len(keys)), key=keys.__getitem__)
     if order != list(range(len(keys))):
-        out = out.iloc[order]
-    out = out.reset_index(drop=True)
+        cols = {c: [v[i] for i in order] for c, v in cols.items()}
+    out = pd.DataFrame(cols)
     out.attrs["unit"] = {"rate_rps": "req/s", "n_vpods": "vPods", "chips_per_vpod": "chips"}
     return out
 

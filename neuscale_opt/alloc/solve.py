@@ -311,33 +311,30 @@ def recorded_form(m: pyo.ConcreteModel) -> LinearForm | None:
 
     c_idx = [col(v) for v, _c in obj_terms]
     c_val = [float(c) for _v, c in obj_terms]
-    indices: list[int] = []
-    data: list[float] = []
-    indptr = [0]
-    lo: list[float] = []
-    hi: list[float] = []
+    rows = [r for comp in comps for r in families[comp.local_name]]
+    if any(len(variables) != len(coefs) for variables, coefs, _lo, _hi in rows):
+        raise ValueError("a recorded row has not as many coefficients as variables")
+    flat = [v for variables, _c, _lo, _hi in rows for v in variables]  # all rows' terms, in row order
     get = order.get
-    for comp in comps:
-        for variables, coefs, row_lo, row_hi in families[comp.local_name]:
-            js = [get(id(v)) for v in variables]
-            if None in js:  # a variable not met yet: number its whole indexed variable
-                js = [col(v) if j is None else j for v, j in zip(variables, js, strict=True)]
-            if len(js) != len(coefs):
-                raise ValueError("a recorded row has not as many coefficients as variables")
-            if 0 in coefs:  # zeros dropped
-                kept = [(j, c) for j, c in zip(js, coefs, strict=True) if c != 0]
-                js, coefs = [j for j, _c in kept], [c for _j, c in kept]
-            if not js:
-                return None
-            indices.extend(js)
-            data.extend(coefs)
-            indptr.append(len(indices))
-            lo.append(-math.inf if row_lo is None else row_lo)
-            hi.append(math.inf if row_hi is None else row_hi)
+    js = [get(id(v)) for v in flat]
+    if None in js:  # variables not met yet: number each whole indexed variable at its first term
+        js = [col(v) if j is None else j for v, j in zip(flat, js, strict=True)]
+    data = np.asarray([c for _v, coefs, _lo, _hi in rows for c in coefs], dtype=float)
+    indices = np.asarray(js, dtype=np.int32)
+    row_of = np.repeat(np.arange(len(rows)), [len(variables) for variables, _c, _lo, _hi in rows])
+    nonzero = data != 0
+    if not nonzero.all():  # zeros dropped
+        data, indices, row_of = data[nonzero], indices[nonzero], row_of[nonzero]
+    counts = np.bincount(row_of, minlength=len(rows))
+    if (counts == 0).any():
+        return None
+    indptr = np.concatenate(([0], np.cumsum(counts)))
+    lo = [-math.inf if r[2] is None else r[2] for r in rows]
+    hi = [math.inf if r[3] is None else r[3] for r in rows]
     if any(v.fixed for v in columns):
         return None
     n = len(columns)
-    a = csr_matrix((np.asarray(data, dtype=float), np.asarray(indices, dtype=np.int32), indptr), shape=(len(lo), n))
+    a = csr_matrix((data, indices, indptr), shape=(len(lo), n))
     a = a.tocsc()
     a.sum_duplicates()
     a.eliminate_zeros()
