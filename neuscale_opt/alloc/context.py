@@ -147,7 +147,15 @@ def usable_table(coeffs: Coefficients, options: PlanOptions) -> Table:
     """:func:`usable_configs` as a :class:`Table` (its DataFrame not built)."""
     src = Table(coeffs.configs)
     phases = phases_for(options.serving)
-    keep = np.array([p in phases for p in src["phase"].tolist()], dtype=bool) & slo_ok(src, coeffs.buckets)
+    have = src["phase"].tolist()
+    missing = [p for p in phases if p not in set(have)] if have else []
+    if missing:  # e.g. a coefficient profile (colocated accelerators only) planned disaggregated
+        raise InputError(
+            f"serving = {options.serving!r} needs {' and '.join(missing)} configurations, but the "
+            f"instance's configurations are {' and '.join(sorted(set(map(str, have))))} only",
+            where="planning.serving",
+        )
+    keep = np.array([p in phases for p in have], dtype=bool) & slo_ok(src, coeffs.buckets)
     if options.serving == "disaggregated":
         cfg = coeffs.configs.iloc[np.flatnonzero(keep)].copy()
         chips = coeffs.chips.set_index("chip")
@@ -166,7 +174,7 @@ def usable_table(coeffs: Coefficients, options: PlanOptions) -> Table:
         eff_bw = np.minimum(bw, peer_bw)
         xfer_s = np.where(kv > 0, kv / eff_bw, 0.0)
         slo = coeffs.buckets.set_index("bucket")["ttft_slo_s"].astype(float)
-        target = cfg["bucket"].map(slo)
+        target = cfg["bucket"].map(slo).astype(float)  # float also when no row is left
         ttft = cfg["ttft_s"].astype(float).fillna(0.0)
         late = pre & target.notna() & (ttft + xfer_s > target * (1 + 1e-9))
         cfg["kv_transfer_s"] = np.where(pre, xfer_s, 0.0)

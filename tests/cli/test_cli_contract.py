@@ -303,3 +303,17 @@ def test_import_melange_slice_factor(tmp_path, capsys):
     # optimum 1 A100 + 1 A10G = 3.67 + 1.01 = 4.68 USD/h
     assert "exact continuous-share optimum: 4.68 USD/h" in err
     assert "Mélange slice factor 1: 6.7 USD/h" in err
+
+
+@pytest.mark.parametrize("name", ["two_gens.toml", "oversubscribed.toml"])
+def test_disaggregated_serving_of_a_colocated_profile_is_bad_input(capsys, tmp_path, name):
+    """A coefficient profile lists colocated accelerators only: planning it disaggregated is a
+    one-line input error (exit 2) naming the setting, not a crash and not a plan that serves
+    nothing (``oversubscribed`` allows unserved demand); nothing is written."""
+    out_json = tmp_path / "plan.json"
+    path = INSTANCES / "alloc" / name
+    code, out, err = run(capsys, "plan", path, "--serving", "disaggregated", "--json", out_json, "--quiet")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "planning.serving" in err and "prefill and decode configurations" in err and "colocated only" in err
+    assert not out_json.exists()
+    assert run(capsys, "plan", path, "--serving", "colocated", "--json", out_json, "--quiet")[0] in (0, 1)
