@@ -62,6 +62,9 @@ columns 1.3), the Pareto flags 0.56, the SLO targets 0.38, classes and demand 0.
 the SLO check 0.24, the chip settings 0.20. Earlier (2026-12-02 00:25, five rounds of 7 calls, load
 1.7-1.8): integ's ``e653c30`` 1.14 M, ``bd2070c`` 2.21 M; on a fresh clone of ``bd2070c`` at load
 0.4-0.6, 1.22-1.62 M (five runs of 7 and 9 calls).
+Again on a fresh clone of ``7299872`` (2026-12-02 02:33-02:35 UTC, load 0.6-0.7), six runs,
+points per CPU-second end to end: default 1.52-2.68 M (at or above 1.5 M in all six), bench-grid
+2.13-3.34 M.
 """
 
 from __future__ import annotations
