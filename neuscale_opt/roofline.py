@@ -136,16 +136,6 @@ def stack_hw(rows: list[HwRows], counts: list[int]) -> HwRows:
     return HwRows(**{f: cat(f) for f in HwRows.__dataclass_fields__})
 
 
-def take_hw(hw: HwRows, idx: np.ndarray) -> HwRows:
-    """Rows ``idx`` of a stacked :class:`HwRows` (scalars broadcast to the stacked length first)."""
-    n = max(np.asarray(getattr(hw, f)).size for f in HwRows.__dataclass_fields__)
-
-    def pick(name: str) -> np.ndarray:
-        return np.broadcast_to(np.asarray(getattr(hw, name), dtype=float), (n,))[idx]
-
-    return HwRows(**{f: pick(f) for f in HwRows.__dataclass_fields__})
-
-
 @cache
 def _max_std_normal(n: int) -> float:
     """E[max of n independent standard normals], by quadrature of ``1 - Phi^n`` (n >= 1)."""

@@ -195,22 +195,6 @@ def usable_table(coeffs: Coefficients, options: PlanOptions) -> Table:
     return Table(cfg, order, {c: v[order] for c, v in derived.items()})
 
 
-def take_rows(
-    df: pd.DataFrame,
-    rows: np.ndarray,
-    extra: dict[str, np.ndarray] | None = None,
-    columns: list[str] | None = None,
-) -> pd.DataFrame:
-    """Rows ``rows`` of ``df`` (positions, a fresh 0..n-1 index) with the ``extra`` columns added
-    (replacing same-named ones in place), built as one frame, of the ``columns`` only (in that
-    order) when given; text columns become numpy object
-    columns (the same strings): the planner's working tables are filtered and indexed many times
-    per plan, several times faster on object columns than on pandas 3's Arrow-backed strings."""
-    if columns is not None:
-        columns = [*columns, *(c for c in extra or {} if c not in columns)]
-    return Table(df, rows, extra, columns).frame()
-
-
 def objective_coefficients(cfg: pd.DataFrame | Table, coeffs: Coefficients, objective: str, epoch_s: float):
     """Per-request (a_k) and per-vPod-held-per-epoch (h_k) objective coefficients of each row (arrays).
 
@@ -694,12 +678,6 @@ def servable_table(ctx: EpochContext) -> dict[tuple[str, str], dict[str, float]]
         best = out.setdefault((b, p), {})
         best[chip] = max(best.get(chip, 0.0), rate)
     return {k: dict(sorted(v.items())) for k, v in out.items()}
-
-
-def max_servable(ctx: EpochContext, bucket: str, phase: str) -> dict[str, float]:
-    """Per chip generation, the most req/s class ``bucket`` could get in ``phase`` from the whole
-    inventory of that generation alone (best configuration, whole vPods only)."""
-    return servable_table(ctx).get((bucket, phase), {})
 
 
 def diagnose(ctx: EpochContext) -> str | None:

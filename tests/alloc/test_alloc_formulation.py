@@ -133,7 +133,7 @@ def test_working_table_rows_keep_every_value():
     import numpy as np
     import pandas as pd
 
-    from neuscale_opt.alloc.context import take_rows
+    from neuscale_opt.alloc.table import Table
 
     df = pd.DataFrame(
         {
@@ -144,7 +144,7 @@ def test_working_table_rows_keep_every_value():
             "b": [True, False, True],
         }
     )
-    out = take_rows(df, np.array([2, 0]), {"f": np.array([9.0, 8.0]), "extra": np.array([1.0, 2.0])})
+    out = Table(df, np.array([2, 0]), {"f": np.array([9.0, 8.0]), "extra": np.array([1.0, 2.0])}).frame()
     assert list(out.columns) == ["k", "o", "n", "f", "b", "extra"]  # same-named extra in place
     assert out["k"].tolist() == ["z", "x"] and out["k"].dtype == object
     assert out["o"].tolist() == ["r", "p"] and out["o"].dtype == object
@@ -157,10 +157,10 @@ def test_working_table_rows_of_chosen_columns():
     import numpy as np
     import pandas as pd
 
-    from neuscale_opt.alloc.context import take_rows
+    from neuscale_opt.alloc.table import Table
 
     df = pd.DataFrame({"k": pd.Series(["x", "y", "z"], dtype="string"), "n": [1, 2, 3], "f": [0.5, 1.5, 2.5]})
-    out = take_rows(df, np.array([1, 2]), columns=["f", "k"])
+    out = Table(df, np.array([1, 2]), columns=["f", "k"]).frame()
     assert list(out.columns) == ["f", "k"]
     assert out["f"].tolist() == [1.5, 2.5] and out["k"].tolist() == ["y", "z"] and out["k"].dtype == object
 
