@@ -207,17 +207,14 @@ def objective_coefficients(cfg: pd.DataFrame | Table, coeffs: Coefficients, obje
     def col(name: str) -> np.ndarray:  # NaN read as 0
         return np.nan_to_num(np.asarray(cfg[name], dtype=float), nan=0.0, posinf=np.inf, neginf=-np.inf)
 
-    def series(v: np.ndarray) -> np.ndarray:
-        return np.asarray(v, dtype=float)
-
     kg_per_j = coeffs.carbon_kg_per_kwh / J_PER_KWH
     if objective == "energy":
-        return series(coeffs.pue * dyn), series(coeffs.pue * (col("static_power_w") * epoch_s))
+        return coeffs.pue * dyn, coeffs.pue * (col("static_power_w") * epoch_s)
     if objective == "cost":
-        return series(0.0 * dyn), series(col("price_usd_per_hour") * epoch_s / 3600.0)
+        return 0.0 * dyn, col("price_usd_per_hour") * epoch_s / 3600.0
     static_j = col("static_power_w") * epoch_s
     emb = col("embodied_kg_per_hour") * epoch_s / 3600.0
-    return series(coeffs.pue * dyn * kg_per_j), series(coeffs.pue * static_j * kg_per_j + emb)
+    return coeffs.pue * dyn * kg_per_j, coeffs.pue * static_j * kg_per_j + emb
 
 
 def default_penalty(coeffs: Coefficients, options: PlanOptions) -> float:
