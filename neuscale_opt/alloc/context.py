@@ -22,7 +22,7 @@ import pandas as pd
 
 from neuscale_opt.alloc.attainment import row_shares
 from neuscale_opt.alloc.options import DEFAULT_PENALTY_FACTOR, PlanOptions
-from neuscale_opt.alloc.table import Table
+from neuscale_opt.alloc.table import Table, configs_table
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, slo_ok
 from neuscale_opt.energy import expected_energy_j_per_planned_req
 from neuscale_opt.errors import InputError
@@ -145,7 +145,7 @@ def usable_configs(coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
 
 def usable_table(coeffs: Coefficients, options: PlanOptions) -> Table:
     """:func:`usable_configs` as a :class:`Table` (its DataFrame not built)."""
-    src = Table(coeffs.configs)
+    src = configs_table(coeffs)
     phases = phases_for(options.serving)
     have = src["phase"].tolist()
     missing = [p for p in phases if p not in set(have)] if have else []

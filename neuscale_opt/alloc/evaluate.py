@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from neuscale_opt.alloc.attainment import row_shares
-from neuscale_opt.alloc.table import Table
+from neuscale_opt.alloc.table import Table, configs_table
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo, slo_ok
 from neuscale_opt.energy import arrival_ratio, busy_energy_rate_w, request_energy_split_j, static_energy_j
@@ -91,7 +91,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     alloc = solution.allocations
     rows = Table(alloc)
     violations: list[str] = []
-    table = Table(coeffs.configs)
+    table = configs_table(coeffs)
 
     # -- rows against the coefficient table ------------------------------------------------
     where = {cid: i for i, cid in enumerate(_strs(table["config_id"]))}

@@ -130,3 +130,14 @@ class Table:
                 out.attrs = copy.deepcopy(attrs)
             self._frame = out
         return self._frame
+
+
+def configs_table(coeffs) -> Table:
+    """The configuration table of a coefficient bundle as a :class:`Table`, one per bundle, so that
+    every reader of the bundle (the planner's preparation, the evaluator) reads each column once.
+    The bundle is frozen and its tables are never modified in place (``coefficients.py``)."""
+    t = coeffs.__dict__.get("_configs_table")
+    if t is None or t._source is not coeffs.configs:
+        t = Table(coeffs.configs)
+        object.__setattr__(coeffs, "_configs_table", t)
+    return t

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -74,3 +76,33 @@ def test_allocation_rows_sorted_with_integer_counts_and_stable_rates():
     assert out["rate_rps"].tolist() == [2.5, 0.3, 1.0]  # 0.30000000000000004 to ten digits
     assert out.attrs["unit"]["rate_rps"] == "req/s"
     assert allocations_table([]).empty
+
+
+def test_one_configuration_table_per_coefficient_bundle():
+    """Every reader of a bundle (preparation, evaluation) shares its columns; a bundle with other
+    configurations gets its own table, and the shared reads leave plans and evaluations as they
+    were on a fresh bundle."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from neuscale_opt.alloc.evaluate import evaluate
+    from neuscale_opt.alloc.melange import load_melange, melange_coefficients
+    from neuscale_opt.alloc.options import PlanOptions
+    from neuscale_opt.alloc.plan import plan
+    from neuscale_opt.alloc.table import configs_table
+
+    path = Path(__file__).resolve().parents[2] / "instances" / "alloc" / "melange_example.json"
+    coeffs = melange_coefficients(load_melange(path))
+    t = configs_table(coeffs)
+    assert configs_table(coeffs) is t and t.frame() is coeffs.configs
+    other = replace(coeffs, configs=coeffs.configs.iloc[::-1].reset_index(drop=True))
+    assert configs_table(other) is not t
+    assert list(configs_table(other)["config_id"]) == list(coeffs.configs["config_id"])[::-1]
+    opts = PlanOptions(objective="cost", variant="pooled", util_cap=1.0, slice_factor=1)
+    first = plan(coeffs, opts, "milp")
+    again = plan(melange_coefficients(load_melange(path)), opts, "milp")  # a fresh bundle, nothing shared
+    assert first.objective_value == again.objective_value
+    pd.testing.assert_frame_equal(first.allocations, again.allocations)
+    a, b = evaluate(first, coeffs), evaluate(first, melange_coefficients(load_melange(path)))
+    assert a.feasible and b.feasible and a.totals == b.totals and a.objective_value == b.objective_value
+    assert math.isclose(first.objective_value, 6.70, rel_tol=1e-9)  # the published optimum (slice factor 1)
