@@ -4,8 +4,8 @@ For every shipped scenario of the headline experiment (``benchmarks/headline.py`
 the default azure-conv x10, azure-code x5, DeepSeek-V3 on azure-conv x10; the scenarios are built
 by ``headline.cases``) and a set of alternative plans per scenario:
 
-* the rolling horizon MILP (window 6, last-peak forecast) with the ``energy`` and the ``cost``
-  objective, each ``dedicated`` and ``pooled``, and with a window of 3 epochs;
+* the rolling horizon MILP (window 3, the default; last-peak forecast) with the ``energy`` and the
+  ``cost`` objective, each ``dedicated`` and ``pooled``, and with a window of 6 epochs;
 * the oracle (rolling MILP on the actual demand), ``energy`` and ``cost``;
 * the greedy heuristic (epoch by epoch on the provisioned demand), ``energy`` and ``cost``;
 * NeuScale's auto-scaler and the homogeneous auto-scaler on every generation (own inventory),
@@ -113,7 +113,7 @@ def plans(case: Case, pooled: bool) -> tuple[Any, Any, list[tuple[str, Callable[
         for variant in variants:
             ov = o.replace(variant=variant)
             out.append((f"milp {objective} {variant}", lambda ov=ov: plan_rolling(coeffs, ov, params, FC, WINDOW, inv)))
-        out.append((f"milp {objective} window 3", lambda o=o: plan_rolling(coeffs, o, params, FC, 3, inv)))
+        out.append((f"milp {objective} window 6", lambda o=o: plan_rolling(coeffs, o, params, FC, 6, inv)))
         out.append(
             (f"oracle {objective}", lambda o=o: plan_rolling(coeffs, o, params, "oracle", WINDOW, inv, method="oracle"))
         )

@@ -6,7 +6,7 @@ trace at 10x), over the mixed v4/v5e/v5p/v6e fleet of ``instances/default.toml``
 planned with ``--objective energy`` and with ``--objective cost`` (the instance's other options:
 pooled default, SLO-attainment loads, tail classes):
 
-* ``milp`` - the rolling horizon MILP (window 6 epochs, last-peak forecast);
+* ``milp`` - the rolling horizon MILP (window 3 epochs, the default; last-peak forecast);
 * ``oracle`` - the same fed with the actual future demand (energy objective only: the forecast's cost);
 * ``neuscale-autoscaler`` - NeuScale's reactive rules (best fit, fail-over, 2x growth, halving
   after 30 min, coalescing at 0.5, tail classes);
@@ -54,7 +54,7 @@ from neuscale_opt.instance import Instance, ModelChoice, load_instance
 from neuscale_opt.replay import replay
 
 ROOT = Path(__file__).resolve().parents[1]
-WINDOW = 6
+WINDOW = 3
 
 
 @dataclass(frozen=True)

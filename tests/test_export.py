@@ -117,7 +117,7 @@ def default_plan(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("default")
     text = (INSTANCES / "default.toml").read_text(encoding="utf-8")
     text = replace_once(text, "\nhorizon = 12\n", "\nhorizon = 4\n")
-    text = replace_once(text, "\nwindow = 6\n", "\nwindow = 2\n")
+    text = replace_once(text, "\nwindow = 3\n", "\nwindow = 2\n")
     text = replace_once(
         text, '"data/azure_llm_2023_conv.csv"', json.dumps(str(INSTANCES / "data" / "azure_llm_2023_conv.csv"))
     )

@@ -28,7 +28,8 @@ class HorizonParams:
     ----------------------------------------------------------------------
     window:
         H, epochs planned at each step of the rolling plan; ``None`` = the default of the caller
-        (``plan_horizon``: 6 epochs, the 30-minute monitoring window; ``plan_rolling``: every epoch).
+        (``plan_horizon``: 3 epochs, see ``formulations/horizon.md``, "Window length"; ``plan_rolling``:
+        every epoch).
     forecast:
         forecaster of the rolling plan (``traces.forecast``); default ``last-peak``, the paper's rule.
     coupling:

@@ -28,7 +28,7 @@ from neuscale_opt.horizon.rolling import instance_inventory, plan_full, plan_rol
 HORIZON_METHODS: tuple[str, ...] = ("milp", "oracle", "neuscale-autoscaler", "homogeneous-autoscaler")
 #: Window of the rolling plan when the instance does not set one: the paper's 30-minute
 #: monitoring window at 5-minute epochs.
-DEFAULT_WINDOW = 6
+DEFAULT_WINDOW = 3
 
 
 def uses_horizon(instance: Any) -> bool:

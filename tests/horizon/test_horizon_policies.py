@@ -102,7 +102,7 @@ def test_uses_horizon_and_instance_sections(tmp_path: Path):
     assert not uses_horizon(load_instance(AZURE))
     inst = load_instance(ROOT / "instances" / "horizon" / "azure-code.toml")
     assert uses_horizon(inst)
-    assert HorizonParams.from_instance(inst).window == 6
+    assert HorizonParams.from_instance(inst).window == 3
     data = {
         "model": {"name": "Llama-3-8B"},
         "fleet": [{"chip": "tpu-v6e", "chips": 8}],
