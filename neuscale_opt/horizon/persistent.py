@@ -15,15 +15,19 @@ has, and solves the arrays with :func:`~neuscale_opt.alloc.solve.solve_form`.
 The arrays are those a fresh build and compile of the window would give, entry for entry (same
 columns in the same order, same rows, same numbers; ``tests/horizon/test_horizon_persistent.py``
 checks it), so the plan is the same. A window is built afresh instead when its arrays could differ:
-a column whose first row is absent would move in the compiler's column order; placement (its readers
-need the model), failed chips (``failure_loss``), another backend or a model to be written
-(``save_lp``/``save_mps``) are not handled here.
+a column whose first row is absent would move in the compiler's column order; failed chips
+(``failure_loss``), another backend or a model to be written (``save_lp``/``save_mps``) are not
+handled here. Placement is: its sub-blocks ``placement.e<t>`` read no number a window changes (the
+pods and their failed chips are the plan's, inventory events bind through ``chip_inventory``), and
+after a solve the window's values are loaded into the compiled model, whose sub-block of the
+window's k-th epoch is its own k-th, so the placement readers read it as they read a fresh build.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,9 +37,18 @@ from pyomo.core.expr.visitor import identify_mutable_parameters
 from pyomo.repn import generate_standard_repn
 
 from neuscale_opt.alloc.options import PlanOptions
-from neuscale_opt.alloc.solve import LinearForm, SolveResult, TriviallyInfeasible, linear_form, solve_form
+from neuscale_opt.alloc.placement import GroupPlacements
+from neuscale_opt.alloc.solve import (
+    LinearForm,
+    SolveResult,
+    TriviallyInfeasible,
+    _load_values,
+    linear_form,
+    solve_form,
+)
 from neuscale_opt.horizon.context import State, WindowContext
 from neuscale_opt.horizon.model import PARAMS, build_model, chips_t_set, cover_set, hold_set, window_data
+from neuscale_opt.horizon.placement import window_placements
 
 #: Position of the epoch in the index of each mutable parameter and variable (shifted between windows).
 _PARAM_EPOCHS: dict[str, tuple[int, ...]] = {
@@ -173,14 +186,19 @@ class CompiledWindows:
     @staticmethod
     def handles(ctx: WindowContext, options: PlanOptions) -> bool:
         """Can a window be solved from a compiled model? (Otherwise it is built afresh.)"""
-        if options.backend != "highs" or options.save_lp or options.save_mps or ctx.placement:
+        if options.backend != "highs" or options.save_lp or options.save_mps:
             return False
         return not any(ctx.inventory_drop(str(c), t) > 0 for c in set(ctx.groups["chip"]) for t in ctx.epochs)
 
-    def solve(self, ctx: WindowContext, options: PlanOptions) -> SolveResult | None:
+    def solve(
+        self, ctx: WindowContext, options: PlanOptions
+    ) -> tuple[SolveResult, Callable[[int, Mapping[str, int]], GroupPlacements] | None] | None:
         """The window solved from its structure's compiled model, with the values of ``n_vpods``,
-        ``rate``, ``unserved``, ``created`` and ``deleted`` keyed by the window's epochs; None when
-        the window must be built afresh."""
+        ``rate``, ``unserved``, ``created`` and ``deleted`` keyed by the window's epochs, and the
+        reader of its placements (``placements(t, n)``: :func:`~neuscale_opt.horizon.placement.
+        window_placements` of epoch t on the compiled model; None when nothing is placed or there is
+        no plan); None when the window must be built afresh. Read the placements before the next
+        window is solved: it overwrites the compiled model's values."""
         if not self.handles(ctx, options):
             return None
         full = superset_context(ctx)
@@ -198,12 +216,21 @@ class CompiledWindows:
             return None
         res, x = solve_form(form, options)
         if x is None:
-            return res
+            return res, None
         by = ctx.epochs[0] - tpl.first
         values: dict[str, dict[Any, float]] = {}
         for (name, index), val in zip(tpl.names, x, strict=True):
-            values.setdefault(name, {})[_shift(index, _VAR_EPOCHS.get(name, ()), by)] = float(val)
-        return dataclasses.replace(res, values=values)
+            if name in _VAR_EPOCHS:
+                values.setdefault(name, {})[_shift(index, _VAR_EPOCHS[name], by)] = float(val)
+        reader = None
+        if ctx.placement and hasattr(tpl.model, "placement"):
+            _load_values(tpl.model, form, x)
+            model = tpl.model
+
+            def reader(t: int, n: Mapping[str, int]) -> GroupPlacements:
+                return window_placements(model, ctx, t, n, block_epoch=t - by)
+
+        return dataclasses.replace(res, values=values), reader
 
     @staticmethod
     def _form(tpl: _Template, ctx: WindowContext) -> LinearForm | None:

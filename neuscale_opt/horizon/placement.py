@@ -59,12 +59,16 @@ def epoch_view(ctx: WindowContext, t: int) -> EpochContext:
     return placement_view(t, ctx.options, ctx.configs, ctx.groups, ctx.placement)
 
 
-def window_placements(m: pyo.ConcreteModel, ctx: WindowContext, t: int, n: Mapping[str, int]) -> GroupPlacements:
-    """Concrete placements of epoch t of a solved window (empty when nothing is placed)."""
+def window_placements(
+    m: pyo.ConcreteModel, ctx: WindowContext, t: int, n: Mapping[str, int], block_epoch: int | None = None
+) -> GroupPlacements:
+    """Concrete placements of epoch t of a solved window (empty when nothing is placed), read from
+    the sub-block of ``block_epoch`` (default t; a compiled window's model is labelled with the
+    epochs of the window it was compiled for)."""
     blk = getattr(m, "placement", None)
     if blk is None:
         return ()
-    sub = getattr(blk, placement_block_name(t))
+    sub = getattr(blk, placement_block_name(t if block_epoch is None else block_epoch))
     return milp_placements(SimpleNamespace(placement=sub), epoch_view(ctx, t), n)
 
 

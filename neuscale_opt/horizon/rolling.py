@@ -141,11 +141,16 @@ def solve_window(
     room is returned, and the caller solves again with it as ordinary demand. With ``compiled`` (a
     rolling plan's compiled windows) the window is re-solved from the compiled model of its
     structure where it can be (the same arrays as a fresh build), else built."""
-    res = compiled.solve(ctx, ctx.options) if compiled is not None else None
-    m = None
-    if res is None:
+    done = compiled.solve(ctx, ctx.options) if compiled is not None else None
+    if done is not None:
+        res, read = done
+    else:
         m = build_model(ctx)
         res = solve_model(m, ctx.options)
+
+        def read(t: int, n: dict[str, int], m=m):
+            return window_placements(m, ctx, t, n)
+
     info = res.info()
     if res.status == "no_incumbent":
         raise TimeLimitError(
@@ -172,8 +177,8 @@ def solve_window(
         prev = n
         planned = {b: ctx.demand.get((b, t), 0.0) + tail_t.get(b, 0.0) for b in ctx.buckets}
         rows: tuple[dict[str, Any], ...] = ()
-        if t in realise and m is not None:
-            rows = tuple(epoch_placement_rows(ctx, t, window_placements(m, ctx, t, n), x, routes))
+        if t in realise and read is not None:
+            rows = tuple(epoch_placement_rows(ctx, t, read(t, n), x, routes))
         out[t] = EpochCommit(t, n, x, s, planned, res.status, {}, rows, routes)
     return out, info, left
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from horizon_support import OPTS, one_class, two_class
+from horizon_support import OPTS, ROOT, one_class, two_class
 
+from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.alloc.solve import linear_form
 from neuscale_opt.horizon import HorizonParams, plan_rolling
 from neuscale_opt.horizon.model import build_model
@@ -125,3 +126,57 @@ def test_windows_of_one_structure_share_one_compile(monkeypatch):
     # epoch 0), then one for every full window, and the two shorter ones at the end
     assert cw.compiled == 6
     assert cw.reused == 3 * len(RATES_A) - 6
+
+
+def _numbers_equal(f, g) -> bool:
+    """The arrays of two forms, entry for entry (the columns' names aside)."""
+    return (
+        len(f.columns) == len(g.columns)
+        and all(np.array_equal(getattr(f, k), getattr(g, k)) for k in ("col_lo", "col_hi", "row_lo", "row_hi", "cost"))
+        and np.array_equal(f.integer, g.integer)
+        and f.a.shape == g.a.shape
+        and all(np.array_equal(getattr(f.a, k), getattr(g.a, k)) for k in ("indptr", "indices", "data"))
+    )
+
+
+@pytest.fixture(scope="module")
+def placed():
+    """``instances/placement/unplaceable.toml`` (a fragmented v6e pod, placed) over six epochs."""
+    from neuscale_opt.candidates import build_coefficients
+    from neuscale_opt.instance import load_instance, parse_instance
+
+    raw = load_instance(ROOT / "instances" / "placement" / "unplaceable.toml").model_dump(
+        mode="python", exclude_none=True
+    )
+    rates = [480.0, 240.0, 480.0, 300.0, 520.0, 200.0]
+    raw["workload"]["demand"] = [{"epoch": e, "bucket": "chat", "rate_rps": r} for e, r in enumerate(rates)]
+    raw["epochs"] = {**raw.get("epochs", {}), "horizon": len(rates)}
+    inst = parse_instance(raw)
+    return inst, build_coefficients(inst)
+
+
+@pytest.mark.parametrize("method", ["last-peak", "oracle"])
+def test_placed_windows_are_solved_compiled_and_place_as_fresh_ones(monkeypatch, placed, method):
+    inst, coeffs = placed
+    opts = PlanOptions.from_instance(inst)
+    assert opts.placement != "none" and coeffs.pods is not None and len(coeffs.pods) > 0
+    seen = {"same": 0, "diff": 0, "fallback": 0}
+    form = CompiledWindows._form
+
+    def check(tpl, ctx):
+        f = form(tpl, ctx)
+        if f is None:
+            seen["fallback"] += 1
+            return None
+        seen["same" if _numbers_equal(f, linear_form(build_model(ctx))) else "diff"] += 1
+        return f
+
+    monkeypatch.setattr(CompiledWindows, "_form", staticmethod(check))
+    compiled = plan_rolling(coeffs, opts, PARAMS, method, window=3)
+    assert seen["diff"] == 0 and seen["same"] >= 4  # the placed windows went through the compiled path
+    _fresh(monkeypatch)
+    fresh = plan_rolling(coeffs, opts, PARAMS, method, window=3)
+    pd.testing.assert_frame_equal(_rows(compiled), _rows(fresh))
+    assert len(compiled.placements) > 0
+    pd.testing.assert_frame_equal(compiled.placements, fresh.placements)
+    assert compiled.objective_value == fresh.objective_value
