@@ -6,6 +6,7 @@ Exit codes (the CLI contract, also in the README):
 * 1 - the problem is infeasible (a one-line diagnosis says what cannot be covered)
 * 2 - bad input: a file, field or row is wrong; the message names it
 * 3 - the solver hit its work limit (nodes) or its time limit without an incumbent
+* 4 - the solver failed (an error of HiGHS, not a property of the instance)
 
 Library code raises these; ``neuscale_opt.cli.main`` turns them into a single line on stderr
 and the exit code, without a traceback unless ``--debug`` is given.
@@ -17,6 +18,7 @@ EXIT_OK = 0
 EXIT_INFEASIBLE = 1
 EXIT_BAD_INPUT = 2
 EXIT_TIME_LIMIT = 3
+EXIT_SOLVER_ERROR = 4
 
 
 class NeuscaleError(Exception):
@@ -51,3 +53,10 @@ class TimeLimitError(NeuscaleError):
     message says which)."""
 
     exit_code = EXIT_TIME_LIMIT
+
+
+class SolverError(NeuscaleError):
+    """The solver failed on a model (an error status, with and without its presolve): no answer,
+    neither a plan nor a proof of infeasibility."""
+
+    exit_code = EXIT_SOLVER_ERROR

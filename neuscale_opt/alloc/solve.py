@@ -39,6 +39,7 @@ from pyomo.repn import generate_standard_repn
 
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.alloc.solution import STOPPED_BY
+from neuscale_opt.errors import SolverError
 
 #: Statuses a solve can end with (``feasible`` is reserved for heuristics), as in
 #: :data:`neuscale_opt.alloc.solution.JSON_STATUSES`, plus ``no_incumbent``.
@@ -426,12 +427,32 @@ def solve_form(form: LinearForm, options: PlanOptions) -> tuple[SolveResult, Any
     """Solve a compiled model (:func:`linear_form`, at least one column) with HiGHS under the
     options' limits; the result (without ``values``) and the column values (None without a
     plan). A fresh HiGHS instance per call, so that a form re-solved with other numbers (a rolling
-    window, :mod:`neuscale_opt.horizon.persistent`) is solved exactly as a fresh compile of it."""
+    window, :mod:`neuscale_opt.horizon.persistent`) is solved exactly as a fresh compile of it.
+
+    A HiGHS error status (not a result: e.g. its presolve failing on a badly scaled model) is never
+    read as infeasible: the model is solved once more without presolve, and raises
+    :class:`~neuscale_opt.errors.SolverError` if that fails too."""
+    start = time.perf_counter()
+    _highs_threads(int(options.threads))
+    h = _run_highs(form, options, presolve=True)
+    if h.getModelStatus() in _highs_errors():
+        # HiGHS's presolve can fail on a badly scaled model that is feasible (costs of 1e3 to 1e10
+        # with the unserved penalty): solve it once more without presolve rather than read the
+        # error as infeasible
+        h = _run_highs(form, options, presolve=False)
+        if h.getModelStatus() in _highs_errors():
+            raise SolverError(
+                f"HiGHS failed on a model of {len(form.columns)} columns and {len(form.row_lo)} rows "
+                f"({h.modelStatusToString(h.getModelStatus())}, with and without presolve)"
+            )
+    return _finish(h, form, start)
+
+
+def _run_highs(form: LinearForm, options: PlanOptions, presolve: bool):
+    """A fresh HiGHS instance with ``form`` and the options' limits, run."""
     import highspy
     import numpy as np
 
-    start = time.perf_counter()
-    _highs_threads(int(options.threads))
     n = len(form.columns)
     h = _new_highs()
     lp = highspy.HighsLp()
@@ -461,7 +482,7 @@ def solve_form(form: LinearForm, options: PlanOptions) -> tuple[SolveResult, Any
         ("random_seed", int(options.seed)),
         ("mip_rel_gap", float(options.mip_gap)),
         ("mip_abs_gap", 1e-9),
-        ("presolve", "on"),
+        ("presolve", "on" if presolve else "off"),
     ):
         h.setOptionValue(key, val)
     if options.solver_log:
@@ -474,6 +495,22 @@ def solve_form(form: LinearForm, options: PlanOptions) -> tuple[SolveResult, Any
             h.run()
     else:
         h.run()
+    return h
+
+
+def _highs_errors() -> tuple:
+    """HiGHS model statuses that mean the solver failed, not that the model has no solution."""
+    import highspy
+
+    ms = highspy.HighsModelStatus
+    return (ms.kNotset, ms.kLoadError, ms.kModelError, ms.kPresolveError, ms.kSolveError, ms.kPostsolveError)
+
+
+def _finish(h, form: LinearForm, start: float) -> tuple[SolveResult, Any]:
+    """The result of a HiGHS run (:func:`solve_form`)."""
+    import highspy
+    import numpy as np
+
     st = h.getModelStatus()
     info = h.getInfo()
     sol = h.getSolution()

@@ -230,3 +230,53 @@ def test_the_summary_says_which_limit_stopped_the_plan(sliced):
         line = summary(replace(full, status=status), coeffs, quiet=True).splitlines()[0]
         assert f": {status} ({words})" in line
     assert "(" not in summary(full, coeffs, quiet=True).split(":", 1)[1].split(";")[0]
+
+
+def _small_milp() -> pyo.ConcreteModel:
+    """min 3x + 2y, x + y >= 3.5, x <= 2, x, y integer >= 0: by hand x = 0, y = 4, objective 8
+    (x = 2, y = 2 costs 10; x = 1, y = 3 costs 9)."""
+    m = pyo.ConcreteModel()
+    m.x = pyo.Var(domain=pyo.NonNegativeIntegers, bounds=(0, 2))
+    m.y = pyo.Var(domain=pyo.NonNegativeIntegers, bounds=(0, 10))
+    m.c = pyo.Constraint(expr=m.x + m.y >= 3.5)
+    m.total_objective = pyo.Objective(expr=3 * m.x + 2 * m.y)
+    return m
+
+
+class _Failed:
+    """A HiGHS run that ended in an error status."""
+
+    def getModelStatus(self):  # noqa: N802 - HiGHS's name
+        import highspy
+
+        return highspy.HighsModelStatus.kPresolveError
+
+    def modelStatusToString(self, _status):  # noqa: N802
+        return "Presolve error"
+
+
+def test_a_solver_error_is_solved_again_without_presolve_never_read_as_infeasible(monkeypatch):
+    from neuscale_opt.alloc import solve as door
+
+    calls = []
+    run = door._run_highs
+
+    def failing_presolve(form, options, presolve):
+        calls.append(presolve)
+        return _Failed() if presolve else run(form, options, presolve)
+
+    monkeypatch.setattr(door, "_run_highs", failing_presolve)
+    res = solve_model(_small_milp(), PlanOptions())
+    assert calls == [True, False]
+    assert res.status == "optimal" and res.objective == pytest.approx(8.0)
+    assert res.values["x"][None] == pytest.approx(0.0) and res.values["y"][None] == pytest.approx(4.0)
+
+
+def test_a_solver_failing_with_and_without_presolve_raises_with_exit_code_4(monkeypatch):
+    from neuscale_opt.alloc import solve as door
+    from neuscale_opt.errors import SolverError
+
+    monkeypatch.setattr(door, "_run_highs", lambda form, options, presolve: _Failed())
+    with pytest.raises(SolverError, match="Presolve error, with and without presolve") as err:
+        solve_model(_small_milp(), PlanOptions())
+    assert err.value.exit_code == 4
