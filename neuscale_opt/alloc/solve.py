@@ -364,7 +364,7 @@ def recorded_form(m: pyo.ConcreteModel) -> LinearForm | None:
     )
 
 
-def _load_values(m: pyo.ConcreteModel, form: LinearForm, x) -> None:
+def load_values(m: pyo.ConcreteModel, form: LinearForm, x) -> None:
     """Values of the solved columns into the Pyomo variables; variables outside the form take their
     fixed value, or the bound nearest 0 (they appear in no row nor the objective)."""
     solved = {id(v) for v in form.columns}
@@ -413,13 +413,13 @@ def _solve_highs(m: pyo.ConcreteModel, options: PlanOptions) -> SolveResult:
     except TriviallyInfeasible:
         return SolveResult("infeasible", math.nan, math.nan, math.inf, 0.0, "highs")
     if len(form.columns) == 0:  # every variable fixed or unused: the objective is a constant
-        _load_values(m, form, [])
+        load_values(m, form, [])
         obj = float(pyo.value(m.total_objective.expr)) if hasattr(m, "total_objective") else form.offset
         return SolveResult("optimal", obj, obj, 0.0, 0.0, "highs", _values(m))
     res, x = solve_form(form, options)
     if x is None:
         return res
-    _load_values(m, form, x)
+    load_values(m, form, x)
     return dataclasses.replace(res, values=_values(m))
 
 

@@ -42,8 +42,8 @@ from neuscale_opt.alloc.solve import (
     LinearForm,
     SolveResult,
     TriviallyInfeasible,
-    _load_values,
     linear_form,
+    load_values,
     solve_form,
 )
 from neuscale_opt.horizon.context import State, WindowContext
@@ -224,7 +224,7 @@ class CompiledWindows:
                 values.setdefault(name, {})[_shift(index, _VAR_EPOCHS[name], by)] = float(val)
         reader = None
         if ctx.placement and hasattr(tpl.model, "placement"):
-            _load_values(tpl.model, form, x)
+            load_values(tpl.model, form, x)
             model = tpl.model
 
             def reader(t: int, n: Mapping[str, int]) -> GroupPlacements:
