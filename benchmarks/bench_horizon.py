@@ -83,6 +83,18 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
     window MILPs of the plan and of the oracle baseline 238 s (82 %), the replays 21 s, the report
     14 s, the relaxation bounds 3.7 s, the auto-scalers 4.9 s.
 
+    The 3-epoch default window (2026-12-02 04:56, load 0.9-1.0, ``formulations/horizon.md``,
+    "Window length"): (a) 13.3 s wall, the windows' solves 11.2 s (window 0 about 4 s: 87 nodes,
+    its root 2 s), the same plan as with 6-epoch windows (rows SHA-256 e3537222...16516a, objective
+    143,680,917 J, bound 131,398,050); 6-epoch windows took 54.8-72.1 s that morning. (d) 34.2 s,
+    against 142.7 s for the same code with 6-epoch windows (load 1.0-1.2) a few minutes before. (b)
+    6.2 s, the same plan (24c9d633...89e26; it keeps its 6-epoch windows). Tried on the 3-epoch
+    windows: ``mip_rel_gap`` 1e-4 and 1e-3, the same plan, 15.8 and 15.0 s against 15.2 s. The
+    remaining 10-s miss of (a) is the first windows' roots. A cProfile of (d) with 3-epoch windows
+    (56.6 s with its overhead, load about 1.5): the HiGHS solves of the plan's and the oracle's
+    windows 21.5 s, the report 9.0 s (pod maps 3.6 s, PNG encoding 3.7 s), the replays 8.5 s, the
+    auto-scalers 3.2 s, the relaxation bounds 2.1 s.
+
 Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
 the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
 """

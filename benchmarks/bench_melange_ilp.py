@@ -60,6 +60,19 @@ Again on a fresh clone of ``7299872`` (2026-12-02 02:32 UTC, load 0.7-0.9), thre
 S = 4 1.5-1.8x, S = 8 3.2-3.9x, 10 x 10 x 8 7.5-12.0x (ours 67-118 ms, CBC 807-880 ms). HiGHS
 alone on the S = 1 model (292 columns, 184 rows; 40 rows and 148 columns after its presolve, solved
 at the root with no LP iteration) takes about 9 ms a run in that process, half of CBC's whole call.
+
+2026-12-02 03:56-04:59 UTC, after the configuration table is read once per coefficient bundle
+(``alloc.table.configs_table``, shared by the preparation and the evaluator; about 0.6 ms of the
+plan in an instrumented split): ``--repeat 7`` and ``--repeat 9`` runs at load 0.9-1.6, CBC / ours
+at S = 1 0.9-1.0x (ours 12.0-16.0 ms, CBC 12.1-14.1 ms), S = 2 1.1x, S = 4 1.5x, S = 8 3.1x,
+10 x 10 x 8 9.7x (CBC 0.49 s: under 1 s, so the 10x rule does not apply to it). An S = 1 call,
+split (instrumented, load about 1.5, 13.6 ms in all): HiGHS's run 4.0-4.3 ms (its options change
+nothing: 5.7-6.0 ms each under load, against 1.5 ms for the LP relaxation alone), the Pyomo model
+1.6-1.7 ms and its rows 0.7-0.8 ms, the preparation 1.1-1.2 ms, the evaluation 1.5 ms (2.1 ms
+before), the allocations table 0.6-0.7 ms, one garbage collection of the model's cycles (0.7-2 ms,
+not avoidable by freezing the older objects: it is a young-generation collection). At S = 1 the
+benchmark read "ok" (1.0x) in two of four runs of this code and 0.9x in the other two: parity, not
+yet "never slower".
 """
 
 from __future__ import annotations

@@ -40,9 +40,9 @@ def _same_arrays(f, g, by: int) -> bool:
     )
 
 
-@pytest.fixture
-def spy(monkeypatch):
-    """Every compiled form compared with the fresh compile of the same window."""
+def _spy_forms(monkeypatch, same) -> dict[str, int]:
+    """Every compiled form compared with the fresh compile of the same window by
+    ``same(compiled, fresh, epochs between them)``; the counts of the comparisons."""
     log = {"same": 0, "diff": 0, "fallback": 0, "masked": 0}
     form = CompiledWindows._form
 
@@ -52,12 +52,18 @@ def spy(monkeypatch):
             log["fallback"] += 1
             return None
         g = linear_form(build_model(ctx))
-        log["same" if _same_arrays(f, g, tpl.first - ctx.epochs[0]) else "diff"] += 1
+        log["same" if same(f, g, tpl.first - ctx.epochs[0]) else "diff"] += 1
         log["masked"] += int(len(f.rows) < len(tpl.form.rows))
         return f
 
     monkeypatch.setattr(CompiledWindows, "_form", staticmethod(check))
     return log
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Every compiled form compared with the fresh compile of the same window."""
+    return _spy_forms(monkeypatch, _same_arrays)
 
 
 def _fresh(monkeypatch):
@@ -160,18 +166,7 @@ def test_placed_windows_are_solved_compiled_and_place_as_fresh_ones(monkeypatch,
     inst, coeffs = placed
     opts = PlanOptions.from_instance(inst)
     assert opts.placement != "none" and coeffs.pods is not None and len(coeffs.pods) > 0
-    seen = {"same": 0, "diff": 0, "fallback": 0}
-    form = CompiledWindows._form
-
-    def check(tpl, ctx):
-        f = form(tpl, ctx)
-        if f is None:
-            seen["fallback"] += 1
-            return None
-        seen["same" if _numbers_equal(f, linear_form(build_model(ctx))) else "diff"] += 1
-        return f
-
-    monkeypatch.setattr(CompiledWindows, "_form", staticmethod(check))
+    seen = _spy_forms(monkeypatch, lambda f, g, _by: _numbers_equal(f, g))
     compiled = plan_rolling(coeffs, opts, PARAMS, method, window=3)
     assert seen["diff"] == 0 and seen["same"] >= 4  # the placed windows went through the compiled path
     _fresh(monkeypatch)
