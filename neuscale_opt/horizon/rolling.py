@@ -141,6 +141,17 @@ def solve_window(
     room is returned, and the caller solves again with it as ordinary demand. With ``compiled`` (a
     rolling plan's compiled windows) the window is re-solved from the compiled model of its
     structure where it can be (the same arrays as a fresh build), else built."""
+    one = _stationary_epoch(ctx, place)
+    if one is not None:  # the window is its first epoch held H times (see _stationary_epoch)
+        plans, info, left = solve_window(one, place=place, tail=tail, tokens=tokens, compiled=compiled)
+        first = plans[ctx.epochs[0]]
+        info = {**info, "objective_value": info["objective_value"] * len(ctx.epochs)}
+        info["bound"] = info["bound"] * len(ctx.epochs)
+        out = {ctx.epochs[0]: first}
+        for t in ctx.epochs[1:]:
+            planned = {b: ctx.demand.get((b, t), 0.0) for b in ctx.buckets}
+            out[t] = EpochCommit(t, dict(first.n), dict(first.x), dict(first.s), planned, first.status, {})
+        return out, info, left
     done = compiled.solve(ctx, ctx.options) if compiled is not None else None
     if done is not None:
         res, read = done
@@ -181,6 +192,31 @@ def solve_window(
             rows = tuple(epoch_placement_rows(ctx, t, read(t, n), x, routes))
         out[t] = EpochCommit(t, n, x, s, planned, res.status, {}, rows, routes)
     return out, info, left
+
+
+def _stationary_epoch(ctx: WindowContext, place: Iterable[int] | None) -> WindowContext | None:
+    """The window's first epoch alone, when the window is that epoch held: no carried state (the
+    warm start, no coupling into the first epoch), the same demand and inventory in every epoch,
+    and only the first epoch to be placed (``formulations/horizon.md``, "Stationary first
+    window"); None otherwise. Such a window's optimum is its first epoch's optimum held in every
+    epoch: each epoch of the window is at least the epoch MILP on that demand (the coupling only
+    adds rows), and holding one optimal epoch plan keeps every coupling row (no creation, no
+    deletion, no shrinking, a load never above the count held)."""
+    ts = list(ctx.epochs)
+    if ctx.state is not None or len(ts) < 2 or (place is not None and set(place) - {ts[0]}):
+        return None
+    t0 = ts[0]
+    if any(ctx.demand.get((b, t), 0.0) != ctx.demand.get((b, t0), 0.0) for b in ctx.buckets for t in ts[1:]):
+        return None
+    chips = {c for c, _t in ctx.inventory}
+    if any(ctx.inventory.get((c, t)) != ctx.inventory.get((c, t0)) for c in chips for t in ts[1:]):
+        return None
+    return replace(
+        ctx,
+        epochs=(t0,),
+        demand={(b, t): v for (b, t), v in ctx.demand.items() if t == t0},
+        inventory={(c, t): v for (c, t), v in ctx.inventory.items() if t == t0},
+    )
 
 
 def solve_with_tail(
