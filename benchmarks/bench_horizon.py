@@ -95,6 +95,10 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
     windows 21.5 s, the report 9.0 s (pod maps 3.6 s, PNG encoding 3.7 s), the replays 8.5 s, the
     auto-scalers 3.2 s, the relaxation bounds 2.1 s.
 
+    With the stationary first window (``formulations/horizon.md``; 2026-12-02 05:33, load 0.2-0.5):
+    (a) 9.7 s wall, the windows' solves 7.6 s (the first window 0.4 s instead of 4.1 s), the same
+    plan (e3537222...16516a); (d) 26.5 s.
+
 Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
 the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
 """
