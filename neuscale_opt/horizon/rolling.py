@@ -203,7 +203,7 @@ def _stationary_epoch(ctx: WindowContext, place: Iterable[int] | None) -> Window
     adds rows), and holding one optimal epoch plan keeps every coupling row (no creation, no
     deletion, no shrinking, a load never above the count held)."""
     ts = list(ctx.epochs)
-    if ctx.state is not None or len(ts) < 2 or (place is not None and set(place) - {ts[0]}):
+    if ctx.state is not None or len(ts) < 2 or place is None or set(place) - {ts[0]}:  # None: every epoch
         return None
     t0 = ts[0]
     if any(ctx.demand.get((b, t), 0.0) != ctx.demand.get((b, t0), 0.0) for b in ctx.buckets for t in ts[1:]):

@@ -71,6 +71,7 @@ def test_only_a_window_without_state_and_with_flat_demand_and_inventory_is_stati
     one = rolling._stationary_epoch(flat, [first.epochs[0]])
     assert one is not None and one.epochs == (first.epochs[0],)
     assert rolling._stationary_epoch(flat, list(first.epochs)) is None  # every epoch to be placed
+    assert rolling._stationary_epoch(flat, None) is None  # None: every epoch
     later = [c for c in made if c.state is not None][0]
     assert rolling._stationary_epoch(later, [later.epochs[0]]) is None  # a carried state
     t1 = first.epochs[1]
