@@ -28,6 +28,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from neuscale_opt.alloc.table import floats, texts
+
 #: Optional configuration columns of the model (``neuscale_opt.coefficients`` documents them).
 #: Tables without them (hand fixtures, Mélange profiles) keep ``dyn_energy_j_per_req`` as is.
 ENERGY_COLUMNS: tuple[str, ...] = (
@@ -94,11 +96,6 @@ def busy_batch(mean_batch, batch):
     return np.clip(cond, 1.0, np.maximum(b, 1.0))
 
 
-def _floats(configs, name: str) -> np.ndarray:
-    """Column ``name`` of a table (a DataFrame or anything whose columns read as arrays) as floats."""
-    return np.asarray(configs[name], dtype=float)
-
-
 def request_energy_split_j(configs: pd.DataFrame, rate_per_vpod_rps) -> tuple[np.ndarray, np.ndarray]:
     """E7: (busy, marginal) dynamic energy per request (J, before PUE) of each configuration row
     when each of its vPods receives ``rate_per_vpod_rps`` requests/s:
@@ -106,9 +103,9 @@ def request_energy_split_j(configs: pd.DataFrame, rate_per_vpod_rps) -> tuple[np
     ``marginal_energy_j_per_req``. Rows of a table without :data:`ENERGY_COLUMNS` get
     (0, ``dyn_energy_j_per_req``)."""
     if not all(c in configs for c in ENERGY_COLUMNS):
-        dyn = _floats(configs, "dyn_energy_j_per_req")
+        dyn = floats(configs, "dyn_energy_j_per_req")
         return np.zeros(len(configs)), np.where(np.isnan(dyn), 0.0, dyn)
-    col = {c: _floats(configs, c) for c in (*ENERGY_COLUMNS, "batch")}
+    col = {c: floats(configs, c) for c in (*ENERGY_COLUMNS, "batch")}
     nbar = mean_decode_batch(
         rate_per_vpod_rps, col["steps_per_req"], col["stall_s_per_req"], col["step_s_b1"], col["step_s"], col["batch"]
     )
@@ -123,7 +120,7 @@ def mean_rate_ratio(configs: pd.DataFrame, buckets: pd.DataFrame) -> np.ndarray:
     if "mean_rate_ratio" not in buckets.columns:
         return np.ones(len(configs))
     phi = buckets.set_index("bucket")["mean_rate_ratio"].astype(float)
-    return pd.Series(np.asarray(configs["bucket"], dtype=object)).map(phi).astype(float).fillna(1.0).to_numpy()
+    return pd.Series(texts(configs, "bucket")).map(phi).astype(float).fillna(1.0).to_numpy()
 
 
 def expected_energy_j_per_planned_req(
@@ -148,7 +145,7 @@ def busy_energy_rate_w(configs: pd.DataFrame, arriving_rps, n_vpods, group) -> n
     :data:`ENERGY_COLUMNS`."""
     if not all(c in configs for c in ENERGY_COLUMNS):
         return np.zeros(len(configs))
-    col = {c: _floats(configs, c) for c in (*ENERGY_COLUMNS, "batch")}
+    col = {c: floats(configs, c) for c in (*ENERGY_COLUMNS, "batch")}
     lam = np.asarray(arriving_rps, dtype=float)
     n = np.asarray(n_vpods, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -172,5 +169,5 @@ def arrival_ratio(frame: pd.DataFrame, demand: pd.DataFrame, buckets: pd.DataFra
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = (d["mean_rps"].astype(float) / d["rate_rps"].astype(float)).where(d["rate_rps"] > 0, 0.0)
     epochs = pd.Series(np.asarray(frame["epoch"])).astype(int)  # a table or its columns by name
-    key = pd.MultiIndex.from_arrays([epochs, pd.Series(np.asarray(frame["bucket"], dtype=object)).astype(str)])
+    key = pd.MultiIndex.from_arrays([epochs, pd.Series(texts(frame, "bucket")).astype(str)])
     return ratio.reindex(key).fillna(0.0).to_numpy(dtype=float)

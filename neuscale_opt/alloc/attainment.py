@@ -32,6 +32,8 @@ import numpy as np
 import pandas as pd
 from scipy.special import gammaincc, gammaln
 
+from neuscale_opt.alloc.table import floats, texts
+
 #: Utilisation cap of rows the queueing model cannot judge, and the override's historical default.
 DEFAULT_UTIL_CAP = 0.9
 #: Default SLO-attainment target (``slo.attainment``).
@@ -104,18 +106,14 @@ def safe_load(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> np
     if n == 0:
         return np.zeros(0)
     slo = buckets.set_index("bucket")
-    b = pd.Series(np.asarray(configs["bucket"], dtype=object)).astype(str)  # a table or its columns by name
-
-    def floats(name: str) -> np.ndarray:
-        return np.asarray(configs[name], dtype=float)
-
+    b = pd.Series(texts(configs, "bucket")).astype(str)  # a table or its columns by name
     target_s = b.map(slo["ttft_slo_s"]).astype(float).to_numpy()
     out_tok = b.map(slo["output_tokens"]).astype(float).to_numpy()
-    ttft = floats("ttft_s")
-    tpot = floats("tpot_s")
-    phase = np.array([str(p) for p in np.asarray(configs["phase"], dtype=object).tolist()], dtype=object)
-    slots = floats("batch") * floats("pp")
-    mu = floats("max_rate_rps")
+    ttft = floats(configs, "ttft_s")
+    tpot = floats(configs, "tpot_s")
+    phase = np.array(texts(configs, "phase"), dtype=object)
+    slots = floats(configs, "batch") * floats(configs, "pp")
+    mu = floats(configs, "max_rate_rps")
     known = np.isfinite(target_s) & np.isfinite(ttft) & (np.isfinite(tpot) | (phase == "prefill")) & (mu > 0)
     known &= np.isfinite(out_tok)
     u = np.full(n, DEFAULT_UTIL_CAP)

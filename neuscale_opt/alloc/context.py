@@ -22,7 +22,7 @@ import pandas as pd
 
 from neuscale_opt.alloc.attainment import row_shares
 from neuscale_opt.alloc.options import DEFAULT_PENALTY_FACTOR, PlanOptions
-from neuscale_opt.alloc.table import Table, configs_table
+from neuscale_opt.alloc.table import Table, configs_table, floats, texts
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, slo_ok
 from neuscale_opt.energy import expected_energy_j_per_planned_req
 from neuscale_opt.errors import InputError
@@ -305,9 +305,9 @@ def shared_groups(cfg: pd.DataFrame | Table, buckets: pd.DataFrame) -> np.ndarra
     type is in exactly one cluster, so a dedicated plan is a pooled plan (pooled is never worse)."""
     if cfg.empty:
         return np.array([], dtype=object)
-    vtype = [str(v) for v in np.asarray(cfg["vpod_type"], dtype=object).tolist()]
+    vtype = texts(cfg, "vpod_type")
     names = [str(x) for x in buckets["bucket"].tolist()]
-    classes = [str(x) for x in np.asarray(cfg["bucket"], dtype=object).tolist()]
+    classes = texts(cfg, "bucket")
     # a vPod type none of whose classes has an SLO target shares whole: every check of rule SH1-SH3
     # needs a target (profiled tables, e.g. Mélange's, have none)
     targets = [c for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s") if c in buckets]
@@ -341,7 +341,7 @@ def shared_groups(cfg: pd.DataFrame | Table, buckets: pd.DataFrame) -> np.ndarra
             slo_col("ttft_slo_s"), slo_col("tpot_slo_s"), slo_col("e2e_slo_s"), strict=True,
         )
     ]  # fmt: skip
-    phase = [str(p) for p in np.asarray(cfg["phase"], dtype=object).tolist()]
+    phase = texts(cfg, "phase")
     by_type: dict[str, list[int]] = {}
     for i, v in enumerate(vtype):
         by_type.setdefault(v, []).append(i)
@@ -407,8 +407,7 @@ def _placed_shapes(cfg: Table, chips: set[str]) -> np.ndarray:
     if not chips:
         return np.full(len(cfg), None, dtype=object)
     memo: dict[tuple[str, str], str] = {}
-    text = (np.asarray(cfg[c], dtype=object).tolist() for c in ("chip", "shape"))
-    for chip, shape in zip(*([str(v) for v in col] for col in text), strict=True):
+    for chip, shape in zip(texts(cfg, "chip"), texts(cfg, "shape"), strict=True):
         if chip not in chips:
             out.append(None)
             continue
@@ -555,10 +554,7 @@ def prune_dominated(cfg: Table, rtol: float = 1e-12, extra: list[tuple[str, str]
         return cfg
 
     def text(name: str) -> np.ndarray:  # the column's values as strings (numpy object array)
-        return np.array([str(v) for v in np.asarray(cfg[name], dtype=object).tolist()], dtype=object)
-
-    def floats(name: str) -> np.ndarray:
-        return np.asarray(cfg[name], dtype=float)
+        return np.array(texts(cfg, name), dtype=object)
 
     grp = text("group")
     bkt = text("bucket")
@@ -573,11 +569,11 @@ def prune_dominated(cfg: Table, rtol: float = 1e-12, extra: list[tuple[str, str]
     for col in (text("chip"), text("phase"), *([bkt] if one_class else [])):
         u, inv = np.unique(col, return_inverse=True)
         part_code = part_code * len(u) + inv
-    cap_all = floats("cap_rps")
-    a_all = floats("var_obj_per_req")
-    chips_all = floats("chips_per_vpod")
-    h_all = floats("held_obj_per_vpod")
-    extras = [(floats(ca), floats(ch)) for ca, ch in extra or []]
+    cap_all = floats(cfg, "cap_rps")
+    a_all = floats(cfg, "var_obj_per_req")
+    chips_all = floats(cfg, "chips_per_vpod")
+    h_all = floats(cfg, "held_obj_per_vpod")
+    extras = [(floats(cfg, ca), floats(cfg, ch)) for ca, ch in extra or []]
     keep = np.zeros(len(g_names), dtype=bool)
     order = np.argsort(part_code, kind="stable")
     cuts = np.flatnonzero(np.diff(part_code[order])) + 1
@@ -640,7 +636,7 @@ def _groups(cfg: Table, variant: str) -> Table:
     cols = ["group", *GROUP_COLUMNS, "held_obj_per_vpod", "placed_shape", *bound_cols]
     if cfg.empty:
         return Table(pd.DataFrame(columns=cols))
-    keys = np.array([str(k) for k in np.asarray(cfg["group"], dtype=object).tolist()], dtype=object)
+    keys = np.array(texts(cfg, "group"), dtype=object)
     names, first, inverse = np.unique(keys, return_index=True, return_inverse=True)  # sorted keys
     if variant == "pooled":
         # one value per group of each per-vPod column (NaN counts as a value)

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from neuscale_opt.alloc.attainment import row_shares
-from neuscale_opt.alloc.table import Table, configs_table
+from neuscale_opt.alloc.table import Table, configs_table, texts
 from neuscale_opt.catalog import get_chip
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients, meets_slo, slo_ok
 from neuscale_opt.energy import arrival_ratio, busy_energy_rate_w, request_energy_split_j, static_energy_j
@@ -66,10 +66,6 @@ def _rel_ok(lhs: float, rhs: float, rtol: float = RTOL) -> bool:
     return lhs <= rhs + rtol * max(1.0, abs(rhs))
 
 
-def _strs(values) -> list[str]:
-    return [str(v) for v in values.tolist()]
-
-
 def _codes(*cols: list[Any]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
     """Codes of the distinct key tuples of the columns (sorted keys), and the keys."""
     keys = list(zip(*cols, strict=True))
@@ -94,8 +90,8 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     table = configs_table(coeffs)
 
     # -- rows against the coefficient table ------------------------------------------------
-    where = {cid: i for i, cid in enumerate(_strs(table["config_id"]))}
-    row_ids = _strs(rows["config_id"])
+    where = {cid: i for i, cid in enumerate(texts(table, "config_id"))}
+    row_ids = texts(rows, "config_id")
     known = np.array([cid in where for cid in row_ids], dtype=bool)
     for cid, ok in zip(rows["config_id"].tolist(), known, strict=True):
         if not ok:
@@ -106,13 +102,13 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     ref = table.take(np.array([where[c] for c in row_ids], dtype=np.int64))
     ids = ref["config_id"].tolist()
     for col in ("bucket", "phase", "chip", "shape", "chips_per_vpod", "vpod_type"):
-        mine, theirs = _strs(rows[col]), _strs(ref[col])
+        mine, theirs = texts(rows, col), texts(ref, col)
         if mine == theirs:  # no row to name
             continue
         for cid, a, b in zip(ids, mine, theirs, strict=True):
             if a != b:
                 violations.append(f"row {cid!r}: column {col} disagrees with the coefficient table")
-    ref_phase = _strs(ref["phase"])
+    ref_phase = texts(ref, "phase")
     for cid, ph in zip(ids, ref_phase, strict=True):
         if ph not in _PHASES[opts.serving]:
             violations.append(f"row {cid!r}: phase not used by serving mode {opts.serving!r}")
@@ -148,8 +144,8 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     _, marg_j = request_energy_split_j(ref, u * mu)
     arriving = arrival_ratio(rows, coeffs.demand, coeffs.buckets) * rate
     epoch_col = np.asarray(rows["epoch"])
-    group_col = _strs(rows["vpod_group"])
-    keys = [f"{e}|{g}" for e, g in zip(_strs(rows["epoch"]), group_col, strict=True)]
+    group_col = texts(rows, "vpod_group")
+    keys = [f"{e}|{g}" for e, g in zip(texts(rows, "epoch"), group_col, strict=True)]
     busy_j = busy_energy_rate_w(ref, arriving, n_v, keys)
     dyn_j = busy_j + (marg_j + dcn_j) * arriving
     static_w, price_h, emb_h = (
@@ -169,8 +165,8 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     np.minimum.at(g_nmin, gcode, n_v)
     g_load = np.zeros(ng)
     np.add.at(g_load, gcode, load)
-    row_chip = _strs(rows["chip"])
-    row_shape = _strs(rows["shape"])
+    row_chip = texts(rows, "chip")
+    row_shape = texts(rows, "shape")
     row_cpv = np.asarray(rows["chips_per_vpod"], dtype=float)
     for gi, (e, g) in enumerate(gkeys):
         if g_n[gi] != g_nmin[gi]:
@@ -216,13 +212,13 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
             f"plan leaves {sum(uns_map.values()):.4g} req/s unserved in epoch(s) {shown} but unserved demand "
             "is not allowed"
         )
-    scode, skeys = _codes(epochs_int, _strs(rows["bucket"]), _strs(rows["phase"]))
+    scode, skeys = _codes(epochs_int, texts(rows, "bucket"), texts(rows, "phase"))
     served_sum = np.zeros(len(skeys))
     np.add.at(served_sum, scode, rate)
     served = dict(zip(skeys, served_sum.tolist(), strict=True))
     dem = coeffs.demand
     dem_e = [int(e) for e in dem["epoch"].tolist()]
-    dem_b = _strs(dem["bucket"])
+    dem_b = texts(dem, "bucket")
     dem_r = dem["rate_rps"].to_numpy(dtype=float).tolist()
     phases = sorted(_PHASES[opts.serving])
     for e, b, d_rate in zip(dem_e, dem_b, dem_r, strict=True):
@@ -239,7 +235,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     # arrival ratio (formulation, "Accounting")
     tok_per_req = dict(
         zip(
-            _strs(tokens["bucket"]),
+            texts(tokens, "bucket"),
             (tokens["input_tokens"].to_numpy(dtype=float) + tokens["output_tokens"].to_numpy(dtype=float)).tolist(),
             strict=True,
         )

@@ -28,6 +28,17 @@ def column_array(col: pd.Series):
     return col.array
 
 
+def floats(table, name: str) -> np.ndarray:
+    """Column ``name`` of a table (a DataFrame, a :class:`Table`, or anything whose columns read as
+    arrays by name) as a float array."""
+    return np.asarray(table[name], dtype=float)
+
+
+def texts(table, name: str) -> list[str]:
+    """Column ``name`` of a table (as :func:`floats`) as a list of strings."""
+    return [str(v) for v in np.asarray(table[name], dtype=object).tolist()]
+
+
 class Table:
     """Rows ``rows`` (positions, ``None``: all) of ``source`` with the ``derived`` columns (numpy
     arrays, one value per row) replacing same-named source columns in place or added after them;
