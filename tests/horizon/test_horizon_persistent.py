@@ -51,8 +51,12 @@ def _spy_forms(monkeypatch, same) -> dict[str, int]:
         if f is None:
             log["fallback"] += 1
             return None
-        g = linear_form(build_model(ctx))
+        # the fresh model stays referenced while its columns are read: a column names its variable
+        # through a weak reference, which a collected model would leave empty
+        fresh = build_model(ctx)
+        g = linear_form(fresh)
         log["same" if same(f, g, tpl.first - ctx.epochs[0]) else "diff"] += 1
+        del fresh
         log["masked"] += int(len(f.rows) < len(tpl.form.rows))
         return f
 
