@@ -325,6 +325,13 @@ class Solution:
     def has_plan(self) -> bool:
         return self.status in ("optimal", "feasible", *STOPPED_BY)
 
+    @property
+    def runnable(self) -> bool:
+        """Allocations that can be deployed and replayed: a plan, or one the independent evaluator
+        rejects (a reactive auto-scaler lags the demand it planned for, and still runs: its replay
+        says what the lag costs)."""
+        return self.has_plan or len(self.allocations) > 0
+
     def to_dict(self, timing: bool = True) -> dict[str, Any]:
         """The JSON contract (see the module docstring and ``formulations/allocation.md``).
 

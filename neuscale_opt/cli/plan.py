@@ -443,7 +443,7 @@ def plan_report(
                 window=args.window if horizon else None,
                 forecast=args.forecast if horizon else None,
             )
-            baselines[name] = (b, evaluate_any(b, coeffs, inst) if b.has_plan else None)
+            baselines[name] = (b, evaluate_any(b, coeffs, inst) if b.runnable else None)
             bar.update(1)
     ev = evaluate_any(sol, coeffs, inst)
     cset = None
@@ -462,7 +462,9 @@ def plan_report(
 
         trace, note = planned_part(instance_trace(inst), coeffs)
         notes += [note] if note else []
-        todo = [(sol.method, sol)] + [(n, b) for n, (b, _) in baselines.items() if n != "unlimited" and b.has_plan]
+        # every baseline that has allocations is replayed, also one the evaluator rejects: the
+        # auto-scalers react to demand after it came, and their replays measure what that costs
+        todo = [(sol.method, sol)] + [(n, b) for n, (b, _) in baselines.items() if n != "unlimited" and b.runnable]
         with progress_bar(total=len(todo), desc="replay", quiet=args.quiet) as bar:
             for name, s in todo:
                 res = replay(s.to_dict(timing=False), inst, trace, coeffs=coeffs)

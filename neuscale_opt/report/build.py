@@ -690,7 +690,7 @@ def _comparison(plan: dict, baselines: dict, rp: dict, key: str, hours: float) -
     rows = []
     words = []
     for name, status, tot in [(plan["method"], plan["status"], plan["totals"])] + [
-        (b, sol.status, (ev.totals if (sol.has_plan and ev is not None) else None))
+        (b, sol.status, (ev.totals if (sol.runnable and ev is not None) else None))
         for b, (sol, ev) in baselines.items()
     ]:
         r = rp.get(name)
@@ -715,9 +715,12 @@ def _comparison(plan: dict, baselines: dict, rp: dict, key: str, hours: float) -
         if name == plan["method"]:
             continue
         if r is not None and math.isfinite(good_ratio):
+            # a plan the evaluator rejects (a reactive auto-scaler whose capacity lags demand) still
+            # ran; the words say both
+            judged = " (the evaluator finds it infeasible)" if status == "infeasible" else ""
             words.append(
-                f"{name} needs {fmt(good_ratio)} x the {what} per goodput token at {pct(r.get('slo_attainment'))} "
-                "SLO attainment"
+                f"{name}{judged} needs {fmt(good_ratio)} x the {what} per goodput token at "
+                f"{pct(r.get('slo_attainment'))} SLO attainment"
             )
         elif math.isfinite(ratio):
             words.append(f"{name} plans {fmt(ratio)} x the {what} (not replayed)")

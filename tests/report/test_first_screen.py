@@ -202,3 +202,35 @@ def test_verbose_prints_the_allocation_table_and_quiet_only_the_status(tmp_path)
     assert code == 0 and quiet.splitlines() == [
         "plan milp (pooled, colocated): optimal, gap 0 % against the solver's bound"
     ]
+
+
+def test_a_baseline_the_evaluator_rejects_is_still_replayed(tiny_report, tmp_path, monkeypatch):
+    # a reactive auto-scaler's capacity lags the demand it reacts to, so the evaluator may reject
+    # its plan; it still runs, and the report must show what its replay measured (here the
+    # auto-scaler's own plan, marked rejected as the evaluator would)
+    import dataclasses
+
+    from neuscale_opt import planning
+
+    real = planning.plan_any
+
+    def rejected(inst, coeffs, method, *a, **k):
+        sol = real(inst, coeffs, method, *a, **k)
+        if method == "neuscale-autoscaler":
+            assert len(sol.allocations) > 0
+            return dataclasses.replace(sol, status="infeasible", diagnosis="load exceeds held")
+        return sol
+
+    monkeypatch.setattr(planning, "plan_any", rejected)
+    out = tmp_path / "report"
+    code, _ = run_plan(["plan", str(tiny_report[2]), "--out", str(out), "--quiet"])
+    assert code == 0
+    rp = json.loads((out / "replays.json").read_text())
+    before = json.loads((tiny_report[0] / "replays.json").read_text())
+    # the same allocations replayed give the same totals as when the plan was not rejected
+    assert rp["neuscale-autoscaler"] == before["neuscale-autoscaler"]
+    md = (out / "report.md").read_text()
+    comp = next(t for t in md_tables(md) if t and "goodput tokens/J" in t[0])
+    row = next(r for r in comp if r["method"] == "neuscale-autoscaler")
+    assert row["status"] == "infeasible" and row["replayed SLO"] not in ("", "–")
+    assert "neuscale-autoscaler (the evaluator finds it infeasible) needs" in md.split("## What to deploy")[0]
