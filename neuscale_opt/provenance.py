@@ -39,6 +39,8 @@ OUTPUT_FLAGS: frozenset[str] = frozenset(
 )
 #: Flags that only change how the run is shown, not the plan.
 DISPLAY_FLAGS: frozenset[str] = frozenset({"--quiet", "--debug", "--solver-log"})
+#: Flags (with a value) that only change how the run is carried out, not the plan.
+EXECUTION_FLAGS: frozenset[str] = frozenset({"--jobs"})
 #: Solver packages whose versions are recorded.
 SOLVER_PACKAGES: tuple[str, ...] = ("pyomo", "highspy", "ortools")
 
@@ -64,12 +66,12 @@ def software_versions() -> dict[str, str]:
 
 
 def command_line(argv: Sequence[str] | None) -> list[str]:
-    """``argv`` without output destinations and display-only flags."""
+    """``argv`` without output destinations, display-only and execution-only flags."""
     out: list[str] = []
     it = iter(list(argv or []))
     for a in it:
         flag = a.split("=", 1)[0]
-        if flag in OUTPUT_FLAGS:
+        if flag in OUTPUT_FLAGS or flag in EXECUTION_FLAGS:
             if "=" not in a:
                 next(it, None)
             continue

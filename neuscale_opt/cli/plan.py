@@ -21,6 +21,7 @@ work limit or the time limit without any plan.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -72,6 +73,14 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help="write the plan as JSON to PATH ('-' = stdout)")
     p.add_argument("--out", default=None, metavar="DIR", help="write the report (Markdown, HTML, JSON, CSV) to DIR")
     p.add_argument("--no-baselines", action="store_true", help="with --out: do not run the baselines")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        choices=(1, 2),
+        default=2 if (os.cpu_count() or 1) > 1 else 1,
+        help="with --out: 2 plans the baselines in a second thread beside the plan, 1 after it "
+        "(default: 2 on a machine with two or more CPUs); the report is the same either way",
+    )
     p.add_argument(
         "--quiet", action="store_true", help="no progress bar; print only the status line and the report path"
     )
@@ -267,23 +276,31 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 "the instance's [horizon] rules do not apply to it",
                 file=sys.stderr,
             )
-    with progress_bar(total=len(coeffs.epochs), desc=f"plan {args.method}", quiet=args.quiet) as bar:
-        sol = plan_any(
-            inst,
-            coeffs,
-            args.method,
-            options.start_budget("total"),
-            independent=args.independent,
-            window=args.window,
-            forecast=args.forecast,
-            progress=bar.update,
+    # with --out the baselines start now, beside the plan (:class:`Baselines`)
+    base = Baselines(args, inst, coeffs, options, schedule) if args.out is not None else None
+    try:
+        with progress_bar(total=len(coeffs.epochs), desc=f"plan {args.method}", quiet=args.quiet) as bar:
+            sol = plan_any(
+                inst,
+                coeffs,
+                args.method,
+                options.start_budget("total"),
+                independent=args.independent,
+                window=args.window,
+                forecast=args.forecast,
+                progress=bar.update,
+            )
+        prov = plan_provenance(args, inst, options)
+        if "sizing_window" in coeffs.meta:  # provision_for = "burst": the window chosen and why
+            prov["sizing_window"] = coeffs.meta["sizing_window"]
+        report = (
+            plan_report(args, inst, coeffs, options, sol, prov, sweep, base)
+            if args.out is not None and sol.has_plan
+            else None
         )
-    prov = plan_provenance(args, inst, options)
-    if "sizing_window" in coeffs.meta:  # provision_for = "burst": the window chosen and why
-        prov["sizing_window"] = coeffs.meta["sizing_window"]
-    report = (
-        plan_report(args, inst, coeffs, options, sol, prov, sweep) if args.out is not None and sol.has_plan else None
-    )
+    finally:
+        if base is not None:
+            base.stop()
     if args.json != "-":
         replayed = None
         if report is not None and "replays.json" in report.files:
@@ -407,6 +424,98 @@ def read_sweep_summary(folder: str) -> dict:
     return data
 
 
+class _Stopped(Exception):
+    """A baseline's plan given up because the report it was for will not be written."""
+
+
+class Baselines:
+    """The report's baselines, planned beside the plan itself.
+
+    A horizon plan is compared with the horizon policies (the auto-scalers and the oracle), an
+    epoch-by-epoch plan with the epoch baselines. With ``--jobs 2`` (the default on a machine with
+    two or more CPUs) they are planned in a second thread while the plan solves: HiGHS releases
+    Python's lock while it runs, so one plan's solver time overlaps the other's model building.
+    Each baseline is planned from the same inputs as when planned alone, so the report is the
+    same bytes either way. With the solver's log on (its output is captured by file descriptor,
+    one solve at a time) or ``--jobs 1`` they are planned after the plan, one at a time.
+    """
+
+    def __init__(self, args: argparse.Namespace, inst, coeffs: Coefficients, options: PlanOptions, horizon: bool):
+        import threading
+
+        pool = (
+            ("neuscale-autoscaler", "homogeneous-autoscaler", "oracle")
+            if horizon
+            else ("greedy", "homogeneous", "unlimited")
+        )
+        self.names = [] if args.no_baselines else [m for m in pool if m != args.method]
+        self._todo = (
+            args,
+            inst,
+            coeffs,
+            options.replace(save_lp=None, save_mps=None),
+            horizon,
+        )  # the plan's models only
+        self._done: dict[str, tuple[Solution, object]] = {}
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = None
+        if self.names and int(getattr(args, "jobs", 1)) > 1 and not options.solver_log:
+            # a daemon: a plan that ends without a report does not wait for its baselines
+            self._thread = threading.Thread(target=self._run, name="baselines", daemon=True)
+            self._thread.start()
+
+    def _check(self, _k: int = 0) -> None:
+        if self._stop.is_set():
+            raise _Stopped
+
+    def _run(self) -> None:
+        try:
+            for name in self.names:
+                self._done[name] = self._one(name)
+        except _Stopped:
+            pass
+        except BaseException as e:  # handed to the thread that asks for the results
+            self._error = e
+
+    def _one(self, name: str) -> tuple[Solution, object]:
+        from neuscale_opt.planning import evaluate_any, plan_any
+
+        args, inst, coeffs, options, horizon = self._todo
+        b = plan_any(
+            inst,
+            coeffs,
+            name,
+            options.start_budget("total"),
+            independent=not horizon,
+            window=args.window if horizon else None,
+            forecast=args.forecast if horizon else None,
+            progress=self._check,
+        )
+        self._check()
+        return b, (evaluate_any(b, coeffs, inst) if b.runnable else None)
+
+    def results(self, quiet: bool) -> dict[str, tuple[Solution, object]]:
+        """Every baseline's plan and independent evaluation, in the pool's order."""
+        from neuscale_opt.report.progress import progress_bar
+
+        with progress_bar(total=len(self.names), desc="baselines", quiet=quiet) as bar:
+            if self._thread is None:
+                for name in self.names:
+                    self._done[name] = self._one(name)
+                    bar.update(1)
+            else:
+                self._thread.join()
+                if self._error is not None:
+                    raise self._error
+                bar.update(len(self.names))
+        return {name: self._done[name] for name in self.names}
+
+    def stop(self) -> None:
+        """Give up the baselines not yet planned (at the next epoch or window of the one running)."""
+        self._stop.set()
+
+
 def plan_report(
     args: argparse.Namespace,
     inst,
@@ -415,36 +524,17 @@ def plan_report(
     sol: Solution,
     prov: dict,
     sweep: dict | None = None,
+    base: Baselines | None = None,
 ):
-    """Run the baselines, evaluate every plan independently and build the report (nothing written)."""
-    from neuscale_opt.planning import evaluate_any, is_schedule, plan_any
+    """Collect the baselines (planned beside the plan, :class:`Baselines`), evaluate every plan
+    independently, replay them and build the report (nothing written)."""
+    from neuscale_opt.planning import evaluate_any, is_schedule
     from neuscale_opt.report.build import build_report
     from neuscale_opt.report.progress import progress_bar
 
-    baselines: dict[str, tuple[Solution, object]] = {}
-    # a horizon plan is compared with the horizon policies (the auto-scalers and the oracle), an
-    # epoch-by-epoch plan with the epoch baselines
-    horizon = is_schedule(sol)
-    pool = (
-        ("neuscale-autoscaler", "homogeneous-autoscaler", "oracle")
-        if horizon
-        else ("greedy", "homogeneous", "unlimited")
-    )
-    names = [] if args.no_baselines else [m for m in pool if m != sol.method]
-    options = options.replace(save_lp=None, save_mps=None)  # --save-lp/--save-mps: the plan's models only
-    with progress_bar(total=len(names), desc="baselines", quiet=args.quiet) as bar:
-        for name in names:
-            b = plan_any(
-                inst,
-                coeffs,
-                name,
-                options.start_budget("total"),
-                independent=not horizon,
-                window=args.window if horizon else None,
-                forecast=args.forecast if horizon else None,
-            )
-            baselines[name] = (b, evaluate_any(b, coeffs, inst) if b.runnable else None)
-            bar.update(1)
+    if base is None:
+        base = Baselines(args, inst, coeffs, options, is_schedule(sol))
+    baselines = base.results(args.quiet)
     ev = evaluate_any(sol, coeffs, inst)
     cset = None
     from neuscale_opt.instance import Instance

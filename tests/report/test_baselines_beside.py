@@ -1,0 +1,89 @@
+"""``plan --out``: the baselines planned in a second thread beside the plan (``--jobs 2``) give the
+same report, byte for byte, as planned after it (``--jobs 1``); an error in a baseline reaches
+the user as the same one-line error; a plan that ends without a report stops its baselines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+
+import pytest
+from conftest import run_plan
+
+from neuscale_opt import planning
+from neuscale_opt.cli.plan import Baselines
+from neuscale_opt.errors import EXIT_BAD_INPUT, InputError
+
+
+def _files(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_baselines_beside_the_plan_give_the_same_report(tiny_report, tmp_path):
+    out1, out2 = tmp_path / "one", tmp_path / "two"
+    assert run_plan(["plan", str(tiny_report[2]), "--out", str(out1), "--quiet", "--jobs", "1"])[0] == 0
+    assert run_plan(["plan", str(tiny_report[2]), "--out", str(out2), "--quiet", "--jobs", "2"])[0] == 0
+    a, b = _files(out1), _files(out2)
+    assert sorted(a) == sorted(b)
+    # timing.json holds wall-clock seconds; --jobs is not recorded as part of the command
+    for name in set(a) - {"timing.json"}:
+        assert a[name] == b[name], name
+    # the baselines were planned and replayed in both
+    assert set(json.loads(a["replays.json"])) == {"milp", "neuscale-autoscaler", "homogeneous-autoscaler", "oracle"}
+
+
+def test_an_error_in_a_baseline_is_the_users_one_line_error(tiny_report, tmp_path, monkeypatch, capsys):
+    real = planning.plan_any
+
+    def failing(inst, coeffs, method, *a, **k):
+        if method == "oracle":
+            raise InputError("no oracle today", where="oracle.toml")
+        return real(inst, coeffs, method, *a, **k)
+
+    monkeypatch.setattr(planning, "plan_any", failing)
+    out = tmp_path / "report"
+    code, _ = run_plan(["plan", str(tiny_report[2]), "--out", str(out), "--quiet", "--jobs", "2"])
+    assert code == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "oracle.toml" in err[0] and "no oracle today" in err[0]
+    assert not out.exists()  # nothing half-written
+
+
+def test_stop_ends_the_baselines_at_their_next_epoch(monkeypatch):
+    started, epochs = threading.Event(), []
+
+    def endless(inst, coeffs, method, options, progress=None, **k):
+        started.set()
+        while True:  # a plan that would never end, reporting each epoch
+            progress(1)
+            epochs.append(method)
+            threading.Event().wait(0.001)
+
+    monkeypatch.setattr(planning, "plan_any", endless)
+    args = argparse.Namespace(no_baselines=False, method="milp", jobs=2, window=None, forecast=None)
+
+    class Opts:
+        solver_log = False
+
+        def replace(self, **k):
+            return self
+
+        def start_budget(self, what):
+            return self
+
+    base = Baselines(args, None, None, Opts(), horizon=True)
+    assert base.names == ["neuscale-autoscaler", "homogeneous-autoscaler", "oracle"]
+    assert started.wait(10), base._error
+    base.stop()
+    base._thread.join(10)
+    assert not base._thread.is_alive()
+    # the first baseline was given up, and no later one was started
+    assert set(epochs) == {"neuscale-autoscaler"}
+
+
+@pytest.mark.parametrize("jobs", ["0", "3"])
+def test_jobs_is_one_or_two(jobs, capsys):
+    code, _ = run_plan(["plan", "--jobs", jobs, "--quiet"])
+    assert code == EXIT_BAD_INPUT
+    assert "--jobs" in capsys.readouterr().err
