@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -382,26 +383,40 @@ def load_values(m: pyo.ConcreteModel, form: LinearForm, x) -> None:
         v.set_value(val, skip_validation=True)
 
 
+#: Guards the first HiGHS instance of the process, whose banner is sent to /dev/null by moving
+#: file descriptor 1: two threads doing that at once could leave stdout pointing at /dev/null.
+_FIRST_HIGHS = threading.Lock()
+_BANNER_SHOWN: list[bool] = []
+
+
 def _new_highs():
-    """A HiGHS instance with its console output off (the one-time banner of the first instance of
-    the process goes to /dev/null rather than to stdout)."""
+    """A HiGHS instance with its console output off. HiGHS prints its banner once per process, at
+    the first instance: that one is made with file descriptor 1 on /dev/null (under a lock; the
+    plan and its baselines may solve in two threads), later ones as they are."""
     import highspy
 
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-    except OSError:  # pragma: no cover - no stdout descriptor at all
-        h = highspy.Highs()
-    else:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        try:
-            h = highspy.Highs()
-            h.setOptionValue("output_flag", False)
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
-            os.close(null)
+    if not _BANNER_SHOWN:
+        with _FIRST_HIGHS:
+            if not _BANNER_SHOWN:
+                sys.stdout.flush()
+                try:
+                    saved = os.dup(1)
+                except OSError:  # pragma: no cover - no stdout descriptor at all
+                    saved = None
+                if saved is not None:
+                    null = os.open(os.devnull, os.O_WRONLY)
+                    os.dup2(null, 1)
+                    try:
+                        h = highspy.Highs()
+                        h.setOptionValue("output_flag", False)
+                    finally:
+                        os.dup2(saved, 1)
+                        os.close(saved)
+                        os.close(null)
+                    _BANNER_SHOWN.append(True)
+                    return h
+                _BANNER_SHOWN.append(True)
+    h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     return h
 

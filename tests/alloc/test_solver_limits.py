@@ -280,3 +280,42 @@ def test_a_solver_failing_with_and_without_presolve_raises_with_exit_code_4(monk
     with pytest.raises(SolverError, match="Presolve error, with and without presolve") as err:
         solve_model(_small_milp(), PlanOptions())
     assert err.value.exit_code == 4
+
+
+def test_highs_instances_made_in_two_threads_leave_stdout_where_it_was(monkeypatch):
+    # the plan and its baselines solve in two threads; making a HiGHS instance must never leave
+    # file descriptor 1 on /dev/null (the process's first instance hides HiGHS's banner that way).
+    # Each construction here sleeps, so the other thread runs in the middle of it.
+    import os
+    import threading
+    import time
+
+    import highspy
+
+    from neuscale_opt.alloc import solve
+
+    real = highspy.Highs
+
+    def slow():
+        time.sleep(0.002)
+        return real()
+
+    monkeypatch.setattr(highspy, "Highs", slow)
+    monkeypatch.setattr(solve, "_BANNER_SHOWN", [], raising=False)
+    before = os.fstat(1)
+    start = threading.Barrier(2)
+    seen = []  # where file descriptor 1 points after each instance is made, in each thread
+
+    def make():
+        start.wait()
+        for _ in range(25):
+            solve._new_highs()
+            now = os.fstat(1)
+            seen.append((now.st_dev, now.st_ino))
+
+    threads = [threading.Thread(target=make) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 50 and set(seen) == {(before.st_dev, before.st_ino)}
