@@ -429,15 +429,18 @@ class _Stopped(Exception):
 
 
 class Baselines:
-    """The report's baselines, planned beside the plan itself.
+    """The report's baselines, planned, evaluated and replayed beside the plan itself.
 
     A horizon plan is compared with the horizon policies (the auto-scalers and the oracle), an
-    epoch-by-epoch plan with the epoch baselines. With ``--jobs 2`` (the default on a machine with
-    two or more CPUs) they are planned in a second thread while the plan solves: HiGHS releases
-    Python's lock while it runs, so one plan's solver time overlaps the other's model building.
-    Each baseline is planned from the same inputs as when planned alone, so the report is the
-    same bytes either way. With the solver's log on (its output is captured by file descriptor,
-    one solve at a time) or ``--jobs 1`` they are planned after the plan, one at a time.
+    epoch-by-epoch plan with the epoch baselines. Every baseline with allocations is replayed
+    against the instance's trace (``unlimited`` excepted: it ignores the inventory), also one the
+    evaluator rejects: the auto-scalers react to demand after it came, and their replays measure
+    what that costs. With ``--jobs 2`` (the default on a machine with two or more CPUs) this runs
+    in a second thread while the plan solves and the report draws its figures: HiGHS releases
+    Python's lock while it runs, so one thread's solver time overlaps the other's Python work.
+    Each baseline is planned and replayed from the same inputs as when run alone, so the report is
+    the same bytes either way. With the solver's log on (its output is captured by file
+    descriptor, one solve at a time) or ``--jobs 1`` they run after the plan, one at a time.
     """
 
     def __init__(self, args: argparse.Namespace, inst, coeffs: Coefficients, options: PlanOptions, horizon: bool):
@@ -449,14 +452,9 @@ class Baselines:
             else ("greedy", "homogeneous", "unlimited")
         )
         self.names = [] if args.no_baselines else [m for m in pool if m != args.method]
-        self._todo = (
-            args,
-            inst,
-            coeffs,
-            options.replace(save_lp=None, save_mps=None),
-            horizon,
-        )  # the plan's models only
-        self._done: dict[str, tuple[Solution, object]] = {}
+        # --save-lp/--save-mps: the plan's models only
+        self._todo = (args, inst, coeffs, options.replace(save_lp=None, save_mps=None), horizon)
+        self._done: dict[str, tuple[Solution, object, dict | None]] = {}
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = None
@@ -478,7 +476,7 @@ class Baselines:
         except BaseException as e:  # handed to the thread that asks for the results
             self._error = e
 
-    def _one(self, name: str) -> tuple[Solution, object]:
+    def _one(self, name: str) -> tuple[Solution, object, dict | None]:
         from neuscale_opt.planning import evaluate_any, plan_any
 
         args, inst, coeffs, options, horizon = self._todo
@@ -493,10 +491,16 @@ class Baselines:
             progress=self._check,
         )
         self._check()
-        return b, (evaluate_any(b, coeffs, inst) if b.runnable else None)
+        ev = evaluate_any(b, coeffs, inst) if b.runnable else None
+        played = replay_trace(inst, coeffs)
+        totals = None
+        if played is not None and name != "unlimited" and b.runnable:
+            totals = replay_totals(b, inst, played[0], coeffs, detail=False)[0]
+        return b, ev, totals
 
-    def results(self, quiet: bool) -> dict[str, tuple[Solution, object]]:
-        """Every baseline's plan and independent evaluation, in the pool's order."""
+    def results(self, quiet: bool) -> tuple[dict[str, tuple[Solution, object]], dict[str, dict]]:
+        """Every baseline's plan and independent evaluation, in the pool's order, and the replay
+        totals of those replayed."""
         from neuscale_opt.report.progress import progress_bar
 
         with progress_bar(total=len(self.names), desc="baselines", quiet=quiet) as bar:
@@ -509,11 +513,33 @@ class Baselines:
                 if self._error is not None:
                     raise self._error
                 bar.update(len(self.names))
-        return {name: self._done[name] for name in self.names}
+        done = {name: self._done[name] for name in self.names}
+        plans = {name: (b, ev) for name, (b, ev, _r) in done.items()}
+        return plans, {name: r for name, (_b, _ev, r) in done.items() if r is not None}
 
     def stop(self) -> None:
         """Give up the baselines not yet planned (at the next epoch or window of the one running)."""
         self._stop.set()
+
+
+def replay_trace(inst, coeffs: Coefficients):
+    """``(trace, note)`` the report replays plans against (:func:`planned_part` of the instance's
+    trace), or None when the input has no trace (a profile instance, or no trace given)."""
+    from neuscale_opt.instance import Instance
+
+    if not isinstance(inst, Instance) or inst.workload.trace is None:
+        return None
+    from neuscale_opt.candidates import instance_trace
+
+    return planned_part(instance_trace(inst), coeffs)
+
+
+def replay_totals(sol: Solution, inst, trace, coeffs: Coefficients, detail: bool) -> tuple[dict, dict]:
+    """One plan replayed: its totals, and its tables by class and by epoch when ``detail``."""
+    from neuscale_opt.replay import replay
+
+    res = replay(sol.to_dict(timing=False), inst, trace, coeffs=coeffs)
+    return res.totals, ({"by_bucket": res.by_bucket, "by_epoch": res.by_epoch} if detail else {})
 
 
 def plan_report(
@@ -526,15 +552,15 @@ def plan_report(
     sweep: dict | None = None,
     base: Baselines | None = None,
 ):
-    """Collect the baselines (planned beside the plan, :class:`Baselines`), evaluate every plan
-    independently, replay them and build the report (nothing written)."""
+    """Evaluate the plan independently, replay it, draw the report's figures, collect the
+    baselines (planned, evaluated and replayed beside the plan, :class:`Baselines`) and build the
+    report (nothing written)."""
     from neuscale_opt.planning import evaluate_any, is_schedule
-    from neuscale_opt.report.build import build_report
+    from neuscale_opt.report.build import build_report, report_figures
     from neuscale_opt.report.progress import progress_bar
 
     if base is None:
         base = Baselines(args, inst, coeffs, options, is_schedule(sol))
-    baselines = base.results(args.quiet)
     ev = evaluate_any(sol, coeffs, inst)
     cset = None
     from neuscale_opt.instance import Instance
@@ -543,27 +569,23 @@ def plan_report(
         from neuscale_opt.candidates import candidates
 
         cset = candidates(inst)
-    replays = {}
-    detail: dict = {}
     notes: list[str] = []
-    if cset is not None and inst.workload.trace is not None:
-        from neuscale_opt.candidates import instance_trace
-        from neuscale_opt.replay import replay
-
-        trace, note = planned_part(instance_trace(inst), coeffs)
+    replays: dict[str, dict] = {}
+    detail: dict = {}
+    played = replay_trace(inst, coeffs) if cset is not None else None
+    if played is not None:
+        trace, note = played
         notes += [note] if note else []
-        # every baseline that has allocations is replayed, also one the evaluator rejects: the
-        # auto-scalers react to demand after it came, and their replays measure what that costs
-        todo = [(sol.method, sol)] + [(n, b) for n, (b, _) in baselines.items() if n != "unlimited" and b.runnable]
-        with progress_bar(total=len(todo), desc="replay", quiet=args.quiet) as bar:
-            for name, s in todo:
-                res = replay(s.to_dict(timing=False), inst, trace, coeffs=coeffs)
-                replays[name] = res.totals
-                if name == sol.method:
-                    detail = {"by_bucket": res.by_bucket, "by_epoch": res.by_epoch}
-                bar.update(1)
+        with progress_bar(total=1, desc="replay", quiet=args.quiet) as bar:
+            replays[sol.method], detail = replay_totals(sol, inst, trace, coeffs, detail=True)
+            bar.update(1)
     pods = None if coeffs.pods is None else coeffs.pods.to_dict("records")
     placements = getattr(sol, "placements", None)
+    # the figures read neither a baseline nor a replay: drawn while the baselines' thread works
+    figures = report_figures(inst, cset, coeffs, sol, ev, placements, pods)
+    baselines, played_baselines = base.results(args.quiet)
+    if played is not None:
+        replays.update(played_baselines)
     return build_report(
         inst,
         cset,
@@ -578,6 +600,7 @@ def plan_report(
         notes=notes,
         replay_detail=detail or None,
         sweep=sweep,
+        figures=figures,
     )
 
 

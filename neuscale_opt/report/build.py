@@ -327,6 +327,80 @@ def unused_reason(chip: str, used: int, cset, alloc: pd.DataFrame, objective: st
 # -- the report ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Figures:
+    """The report's figures: PNG bytes by file name, and (file name, caption) in report order."""
+
+    images: dict[str, bytes]
+    captions: list[tuple[str, str]]
+
+
+def _plan_why(cset, coeffs, alloc: pd.DataFrame) -> list:
+    """:func:`_why_rows` of the plan's configurations (from the candidate table when there is one)."""
+    if cset is not None:
+        return _why_rows(cset.table, alloc)
+    return _why_rows(coeffs.configs.assign(flops=math.nan, hbm_bytes=math.nan), alloc)
+
+
+def report_figures(
+    inst,
+    cset,
+    coeffs,
+    solution,
+    evaluation,
+    placements: pd.DataFrame | None = None,
+    pods: list[dict] | None = None,
+) -> Figures:
+    """Every figure of the report of ``solution`` (evaluated as ``evaluation``); none reads a
+    baseline or a replay. The arguments mean what they mean for :func:`build_report`."""
+    alloc = solution.allocations
+    epochs = list(coeffs.epochs)
+    epoch_s = float(coeffs.epoch_s)
+    inventory = coeffs.inventory()
+    gens = sorted(inventory)
+    by_epoch = evaluation.by_epoch.copy()
+    phase = "colocated" if solution.options.serving == "colocated" else "decode"
+    cpe = chips_per_epoch(alloc, epochs, gens)
+    dem = demand_per_epoch(coeffs, solution.to_dict(timing=False))
+    images: dict[str, bytes] = {}
+    classes = sorted(str(b) for b in coeffs.buckets["bucket"])
+    images["deployment_over_time.png"] = plots.deployment_over_time(alloc, epochs, epoch_s, classes)
+    images["chips_vs_inventory.png"] = plots.chips_vs_inventory(alloc, epochs, inventory, epoch_s)
+    images["energy_money_per_epoch.png"] = plots.energy_money_per_epoch(by_epoch, epoch_s, dem)
+    captions = [
+        ("deployment_over_time.png", "vPods held per generation (colour) and class (pattern) over the horizon"),
+        ("chips_vs_inventory.png", "Chips held per generation against the healthy inventory (dashed)"),
+        ("energy_money_per_epoch.png", "Energy (kWh), money (USD/h) and demand (req/s) per epoch"),
+    ]
+    chosen = set(alloc["config_id"]) if not alloc.empty else set()
+    if cset is not None:
+        images["pareto_candidates.png"] = plots.pareto_candidates(cset.table, chosen, phase=phase)
+        roofs = [chip_rooflines(get_chip(c), energy_spec(get_chip(c), inst.energy.profile)) for c in inst.chip_names]
+        why = _plan_why(cset, coeffs, alloc)
+        cls = pd.DataFrame(
+            {"bucket": [r[0] for r in why], "chip": [r[2] for r in why], "intensity": [r[9] for r in why]}
+        )
+        images["rooflines.png"] = plots.rooflines(roofs, cls)
+        captions += [
+            ("pareto_candidates.png", "Candidates: latency vs energy per request; stars = chosen"),
+            ("rooflines.png", "FLOP/s, FLOP/J and FLOP/$ rooflines; dots = request classes as planned"),
+        ]
+    if pods:
+        counted = [c for c in gens if c not in {p["chip"] for p in pods}]
+        images["pod_maps.png"] = plots.pod_maps(
+            pods, placements, epochs, epoch_s, counted, cpe, inventory, main=plots.main_class(alloc), classes=classes
+        )
+        captions.append(
+            (
+                "pod_maps.png",
+                "Where the vPods sit: each placed pod in each run of epochs with the same occupancy "
+                "(at most six per pod, evenly thinned; x = failed chip); generations given as a chip "
+                "count are drawn as counts",
+            )
+        )
+    return Figures(images, captions)
+
+
 def build_report(
     inst,
     cset,
@@ -341,8 +415,13 @@ def build_report(
     notes: list[str] | None = None,
     replay_detail: dict[str, pd.DataFrame] | None = None,
     sweep: dict[str, Any] | None = None,
+    *,
+    figures: Figures,
 ) -> Report:
     """Every file of the report, in memory. ``baselines``: name -> (Solution, Evaluation).
+
+    ``figures``: :func:`report_figures` of the same plan, drawn beforehand (none of them reads a
+    baseline or a replay, so a caller may draw them while those are still running).
 
     ``replays``: method -> replay totals (``slo_attainment``, ``goodput_tokens_out``, ...) of the
     plans replayed against the instance's trace; written as ``replays.json``.
@@ -385,45 +464,9 @@ def build_report(
     target = float(getattr(solution.options, "attainment", math.nan))
     mine = rp.get(plan["method"])
 
-    # -- figures
-    images: dict[str, bytes] = {}
-    classes = sorted(str(b) for b in coeffs.buckets["bucket"])
-    images["deployment_over_time.png"] = plots.deployment_over_time(alloc, epochs, epoch_s, classes)
-    images["chips_vs_inventory.png"] = plots.chips_vs_inventory(alloc, epochs, inventory, epoch_s)
-    images["energy_money_per_epoch.png"] = plots.energy_money_per_epoch(by_epoch, epoch_s, dem)
-    figures = [
-        ("deployment_over_time.png", "vPods held per generation (colour) and class (pattern) over the horizon"),
-        ("chips_vs_inventory.png", "Chips held per generation against the healthy inventory (dashed)"),
-        ("energy_money_per_epoch.png", "Energy (kWh), money (USD/h) and demand (req/s) per epoch"),
-    ]
-    chosen = set(alloc["config_id"]) if not alloc.empty else set()
-    if cset is not None:
-        images["pareto_candidates.png"] = plots.pareto_candidates(cset.table, chosen, phase=phase)
-        roofs = [chip_rooflines(get_chip(c), energy_spec(get_chip(c), inst.energy.profile)) for c in inst.chip_names]
-        why = _why_rows(cset.table, alloc)
-        cls = pd.DataFrame(
-            {"bucket": [r[0] for r in why], "chip": [r[2] for r in why], "intensity": [r[9] for r in why]}
-        )
-        images["rooflines.png"] = plots.rooflines(roofs, cls)
-        figures += [
-            ("pareto_candidates.png", "Candidates: latency vs energy per request; stars = chosen"),
-            ("rooflines.png", "FLOP/s, FLOP/J and FLOP/$ rooflines; dots = request classes as planned"),
-        ]
-    else:
-        why = _why_rows(coeffs.configs.assign(flops=math.nan, hbm_bytes=math.nan), alloc)
-    if pods:
-        counted = [c for c in gens if c not in {p["chip"] for p in pods}]
-        images["pod_maps.png"] = plots.pod_maps(
-            pods, placements, epochs, epoch_s, counted, cpe, inventory, main=plots.main_class(alloc), classes=classes
-        )
-        figures.append(
-            (
-                "pod_maps.png",
-                "Where the vPods sit: each placed pod in each run of epochs with the same occupancy "
-                "(at most six per pod, evenly thinned; x = failed chip); generations given as a chip "
-                "count are drawn as counts",
-            )
-        )
+    # -- figures (drawn by report_figures)
+    images, captions = dict(figures.images), list(figures.captions)
+    why = _plan_why(cset, coeffs, alloc)
 
     # -- the decision (first screen)
     cost_h = float(totals.get("cost_usd", math.nan)) / hours if hours else math.nan
@@ -652,7 +695,7 @@ def build_report(
             anchor="inputs",
         )
     )
-    sections.append(Section("Figures", images=figures, anchor="figures"))
+    sections.append(Section("Figures", images=captions, anchor="figures"))
     title = f"Capacity plan: {inst_name}"
     files: dict[str, bytes] = {
         "report.md": render_markdown(title, sections).encode("utf-8"),
