@@ -331,19 +331,23 @@ def solve_milp(
     fares under another scenario's coefficients (a group the coefficients cannot use makes the
     epoch infeasible). Give it with ``prune_dominated=False`` so that no held group is pruned."""
     _check(coeffs)
-    prep = prepare(coeffs, options or PlanOptions())  # resolves the default penalty on the way
-    opts = prep.options
-    per_epoch = []
-    for e in coeffs.epochs:
-        ctx = build_context(coeffs, opts.start_budget("per-window"), e, prep)
-        if fixed_vpods is not None:  # the given vPods held fixed, demand routed over them (no tail rule)
-            ep, info = _milp_epoch(ctx, dict(fixed_vpods.get(e, {})))
-        else:
-            ep, info = plan_with_tail(ctx, _milp_epoch)
-        per_epoch.append((ctx, ep, info))
-        if progress is not None:
-            progress(1)
-    return _assemble(method, coeffs, opts, per_epoch, opts.backend, use_solver_objective=True)
+    # the collector paused over the whole plan, not only each epoch's model (_milp_epoch): the
+    # preparation, contexts and evaluation allocate enough to trigger collections of the whole
+    # heap too; what is left (a few thousand cyclic objects per epoch) is collected after it
+    with PauseGC():
+        prep = prepare(coeffs, options or PlanOptions())  # resolves the default penalty on the way
+        opts = prep.options
+        per_epoch = []
+        for e in coeffs.epochs:
+            ctx = build_context(coeffs, opts.start_budget("per-window"), e, prep)
+            if fixed_vpods is not None:  # the given vPods held fixed, demand routed over them (no tail rule)
+                ep, info = _milp_epoch(ctx, dict(fixed_vpods.get(e, {})))
+            else:
+                ep, info = plan_with_tail(ctx, _milp_epoch)
+            per_epoch.append((ctx, ep, info))
+            if progress is not None:
+                progress(1)
+        return _assemble(method, coeffs, opts, per_epoch, opts.backend, use_solver_objective=True)
 
 
 def unlimited(coeffs: Coefficients, options: PlanOptions | None = None) -> Solution:
