@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 
 import pyomo.environ as pyo
+from pyomo.common.gc_manager import PauseGC
 
 from neuscale_opt.alloc.model import component_ids as alloc_component_ids
 from neuscale_opt.horizon.context import WindowContext
@@ -506,13 +507,16 @@ CONSTRAINT_BUILDERS: tuple[Callable[[pyo.ConcreteModel, WindowContext], None], .
 
 def build_model(ctx: WindowContext) -> pyo.ConcreteModel:
     """The Pyomo model of one window: sets, variables, constraint families, objective."""
-    m = pyo.ConcreteModel(name=f"horizon_{ctx.epochs[0]}_{ctx.epochs[-1]}")
-    add_sets(m, ctx)
-    add_params(m, ctx)
-    add_variables(m, ctx)
-    for builder in CONSTRAINT_BUILDERS:
-        builder(m, ctx)
-    add_objective(m, ctx)
+    # the collector paused while the model's many small objects are made: they would trigger
+    # collections of the whole heap (as the epoch MILP does, alloc.plan._milp_epoch)
+    with PauseGC():
+        m = pyo.ConcreteModel(name=f"horizon_{ctx.epochs[0]}_{ctx.epochs[-1]}")
+        add_sets(m, ctx)
+        add_params(m, ctx)
+        add_variables(m, ctx)
+        for builder in CONSTRAINT_BUILDERS:
+            builder(m, ctx)
+        add_objective(m, ctx)
     return m
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import pyomo.environ as pyo
+from pyomo.common.gc_manager import PauseGC
 from pyomo.core.expr.visitor import identify_mutable_parameters
 from pyomo.repn import generate_standard_repn
 
@@ -123,6 +124,11 @@ def _structure(ctx: WindowContext, full: WindowContext) -> tuple:
 
 
 def _compile(full: WindowContext) -> _Template | None:
+    with PauseGC():  # as build_model: the compile makes as many small objects as the build
+        return _compile_template(full)
+
+
+def _compile_template(full: WindowContext) -> _Template | None:
     m = build_model(full)
     try:
         form = linear_form(m)
