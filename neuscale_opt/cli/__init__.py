@@ -90,6 +90,28 @@ def _command_of(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+#: True in the command-line process itself (:func:`console`), where :func:`settle_heap` may freeze.
+_CONSOLE: list[bool] = []
+
+
+def settle_heap() -> None:
+    """Take every object alive now out of the garbage collector's view (``gc.freeze``): the
+    instance, its coefficients and the imported modules live as long as the command, and every
+    full collection would scan them again. Only in the command-line process (:func:`console`):
+    when :func:`main` is called from Python, frozen objects would stay for the life of the caller."""
+    if _CONSOLE:
+        import gc
+
+        gc.freeze()
+
+
+def console() -> None:
+    """The ``neuscale-opt`` console script and ``python -m neuscale_opt.cli``: :func:`main` in a
+    process of its own."""
+    _CONSOLE.append(True)
+    raise SystemExit(main())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point. Returns the exit code instead of calling ``sys.exit`` (testable)."""
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from neuscale_opt.cli import main
+from neuscale_opt.cli import console
 
-raise SystemExit(main())
+console()

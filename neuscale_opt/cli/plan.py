@@ -25,7 +25,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from neuscale_opt.cli import Command
+from neuscale_opt.cli import Command, settle_heap
 from neuscale_opt.errors import EXIT_INFEASIBLE, EXIT_OK, InputError
 
 if TYPE_CHECKING:
@@ -248,6 +248,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if sweep is not None and args.out is None:
         raise InputError("--sweep needs --out (it goes into the report)", "--sweep")
     coeffs, inst = load_plan_input(args.instance)
+    settle_heap()  # the instance, its coefficients and the modules stay for the whole command
     options = PlanOptions.from_instance(
         inst,
         objective=args.objective,
@@ -581,6 +582,7 @@ def plan_report(
             bar.update(1)
     pods = None if coeffs.pods is None else coeffs.pods.to_dict("records")
     placements = getattr(sol, "placements", None)
+    settle_heap()  # the plan, its evaluation and the plotting modules stay until the report is written
     # the figures read neither a baseline nor a replay: drawn while the baselines' thread works
     figures = report_figures(inst, cset, coeffs, sol, ev, placements, pods)
     baselines, played_baselines = base.results(args.quiet)

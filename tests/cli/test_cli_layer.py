@@ -54,3 +54,36 @@ def test_every_command_builds(capsys) -> None:
             parser.parse_args([name, "--help"])
         assert exc.value.code == 0
         assert f"neuscale-opt {name}" in capsys.readouterr().out
+
+
+def test_the_heap_is_frozen_only_in_the_command_line_process(tmp_path):
+    # main() called from Python never freezes the caller's objects; the console script does,
+    # once the instance is loaded (gc.freeze: they stay for the whole command)
+    import gc
+    from pathlib import Path
+
+    from neuscale_opt.cli import main
+
+    small = str(Path(__file__).resolve().parents[2] / "instances" / "small.toml")
+    before = gc.get_freeze_count()
+    assert main(["plan", small, "--json", str(tmp_path / "p.json"), "--quiet"]) == 0
+    assert gc.get_freeze_count() == before
+    probe = (
+        "import gc, sys\n"
+        "import neuscale_opt.cli as cli\n"
+        "import neuscale_opt.cli.plan as plan\n"
+        "seen = []\n"
+        "real = plan.settle_heap\n"
+        "def spy():\n"
+        "    real()\n"
+        "    seen.append(gc.get_freeze_count())\n"
+        "plan.settle_heap = spy\n"
+        f"sys.argv = ['neuscale-opt', 'plan', {small!r}, '--json', {str(tmp_path / 'q.json')!r}, '--quiet']\n"
+        "try:\n"
+        "    cli.console()\n"
+        "except SystemExit as e:\n"
+        "    print(e.code, seen)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    code, seen = out.strip().splitlines()[-1].split(" ", 1)
+    assert code == "0" and seen.startswith("[") and int(seen.strip("[]").split(",")[0]) > 0
