@@ -31,14 +31,16 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
 (d) ``neuscale-opt plan --out DIR`` on the default instance (plan, baselines including the oracle,
     evaluation, replays, report), as a process of its own. Target: <= 12 s.
 
-    Measured 2026-12-02 (three runs, load 1.1-1.5): 19.6, 20.3, 21.0 s, 30.4 CPU-seconds over
-    the two threads. The same run with ``--jobs 1`` (every baseline after the plan, one at a
-    time): 28.4-30.0 s. Where the time goes (one run, by thread): the plan 10.8 s beside the
-    auto-scalers and their replays (4.7 s) and the oracle (10.2 s); then the plan's replay and the
-    figures in the main thread while the oracle's replay runs in the other. About 17 s of the
-    work is Python (model building, replays of 193,648 requests each, figures), which two threads
-    share one at a time; only the solver's time overlaps. The 12-s target needs that Python work
-    cut, or worker processes.
+    Measured 2026-12-02 (three runs each, load 0.8-1.5):
+    * baselines and replays in a second thread (Python's lock shared): 19.6, 20.3, 21.0 s;
+    * the replays in two forked worker processes as well (``cli.plan.ReplayWorkers``, now the
+      default): 17.5, 17.5, 17.9 s, 30.2 CPU-seconds (both threads and both workers);
+    * ``--jobs 1`` (every baseline after the plan, every replay in turn): 28.4-30.0 s.
+    Where the time goes now (one run): the plan 11.2 s and, beside it, the auto-scalers and the
+    oracle (9.8 s) in the other thread, each slowed by the other's Python work; then the figures
+    (3.5 s) while the last replays end. About 13 s of the remaining work is Python in the two
+    threads (model building, evaluation, figures), which they take in turn; the 12-s target needs
+    that cut.
 (e) Branch-and-bound nodes of every solve of the shipped instances' plans (``plan`` as the CLI
     runs it, and the MILP baselines of ``plan --out``: the oracle for a schedule, ``unlimited`` for
     independent epochs), searched without a node limit: the evidence the default work limit

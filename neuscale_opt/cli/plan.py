@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from neuscale_opt.cli import Command, settle_heap
 from neuscale_opt.errors import EXIT_INFEASIBLE, EXIT_OK, InputError
@@ -78,8 +78,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         type=int,
         choices=(1, 2),
         default=2 if (os.cpu_count() or 1) > 1 else 1,
-        help="with --out: 2 plans the baselines in a second thread beside the plan, 1 after it "
-        "(default: 2 on a machine with two or more CPUs); the report is the same either way",
+        help="with --out: 2 plans the baselines in a second thread beside the plan and, on Linux, "
+        "replays in two worker processes; 1 does all in turn (default: 2 on a machine with two or "
+        "more CPUs); the report is the same either way",
     )
     p.add_argument(
         "--quiet", action="store_true", help="no progress bar; print only the status line and the report path"
@@ -277,8 +278,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 "the instance's [horizon] rules do not apply to it",
                 file=sys.stderr,
             )
-    # with --out the baselines start now, beside the plan (:class:`Baselines`)
-    base = Baselines(args, inst, coeffs, options, schedule) if args.out is not None else None
+    # with --out the replays get worker processes (forked now, before any thread or solver
+    # starts; ReplayWorkers) and the baselines start, beside the plan (:class:`Baselines`)
+    workers = ReplayWorkers.start(args, inst, coeffs) if args.out is not None else None
+    base = Baselines(args, inst, coeffs, options, schedule, workers) if args.out is not None else None
     try:
         with progress_bar(total=len(coeffs.epochs), desc=f"plan {args.method}", quiet=args.quiet) as bar:
             sol = plan_any(
@@ -295,13 +298,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if "sizing_window" in coeffs.meta:  # provision_for = "burst": the window chosen and why
             prov["sizing_window"] = coeffs.meta["sizing_window"]
         report = (
-            plan_report(args, inst, coeffs, options, sol, prov, sweep, base)
+            plan_report(args, inst, coeffs, options, sol, prov, sweep, base, workers)
             if args.out is not None and sol.has_plan
             else None
         )
     finally:
         if base is not None:
             base.stop()
+        if workers is not None:
+            workers.close()
     if args.json != "-":
         replayed = None
         if report is not None and "replays.json" in report.files:
@@ -439,13 +444,24 @@ class Baselines:
     what that costs. With ``--jobs 2`` (the default on a machine with two or more CPUs) this runs
     in a second thread while the plan solves and the report draws its figures: HiGHS releases
     Python's lock while it runs, so one thread's solver time overlaps the other's Python work.
+    With ``workers`` (:class:`ReplayWorkers`) the replays are handed to worker processes instead.
     Each baseline is planned and replayed from the same inputs as when run alone, so the report is
     the same bytes either way. With the solver's log on (its output is captured by file
     descriptor, one solve at a time) or ``--jobs 1`` they run after the plan, one at a time.
     """
 
-    def __init__(self, args: argparse.Namespace, inst, coeffs: Coefficients, options: PlanOptions, horizon: bool):
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        inst,
+        coeffs: Coefficients,
+        options: PlanOptions,
+        horizon: bool,
+        workers: ReplayWorkers | None = None,
+    ):
         import threading
+
+        self._workers = workers
 
         pool = (
             ("neuscale-autoscaler", "homogeneous-autoscaler", "oracle")
@@ -455,7 +471,7 @@ class Baselines:
         self.names = [] if args.no_baselines else [m for m in pool if m != args.method]
         # --save-lp/--save-mps: the plan's models only
         self._todo = (args, inst, coeffs, options.replace(save_lp=None, save_mps=None), horizon)
-        self._done: dict[str, tuple[Solution, object, dict | None]] = {}
+        self._done: dict[str, tuple[Solution, object, Any]] = {}
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = None
@@ -477,7 +493,7 @@ class Baselines:
         except BaseException as e:  # handed to the thread that asks for the results
             self._error = e
 
-    def _one(self, name: str) -> tuple[Solution, object, dict | None]:
+    def _one(self, name: str) -> tuple[Solution, object, Any]:
         from neuscale_opt.planning import evaluate_any, plan_any
 
         args, inst, coeffs, options, horizon = self._todo
@@ -496,7 +512,10 @@ class Baselines:
         played = replay_trace(inst, coeffs)
         totals = None
         if played is not None and name != "unlimited" and b.runnable:
-            totals = replay_totals(b, inst, played[0], coeffs, detail=False)[0]
+            if self._workers is not None:  # its replay runs in a worker process: a handle to wait on
+                totals = self._workers.submit(b, detail=False)
+            else:
+                totals = replay_totals(b, inst, played[0], coeffs, detail=False)[0]
         return b, ev, totals
 
     def results(self, quiet: bool) -> tuple[dict[str, tuple[Solution, object]], dict[str, dict]]:
@@ -516,11 +535,59 @@ class Baselines:
                 bar.update(len(self.names))
         done = {name: self._done[name] for name in self.names}
         plans = {name: (b, ev) for name, (b, ev, _r) in done.items()}
-        return plans, {name: r for name, (_b, _ev, r) in done.items() if r is not None}
+        totals = {name: r for name, (_b, _ev, r) in done.items() if r is not None}
+        return plans, {name: r if isinstance(r, dict) else r.get()[0] for name, r in totals.items()}
 
     def stop(self) -> None:
         """Give up the baselines not yet planned (at the next epoch or window of the one running)."""
         self._stop.set()
+
+
+#: What a forked replay worker replays against: (instance, trace, coefficients), set in the parent
+#: just before the workers are forked (:class:`ReplayWorkers`), so that only plans are sent.
+_WORKER_INPUT: list[tuple] = []
+
+
+def _replay_in_worker(plan: dict, detail: bool) -> tuple[dict, dict]:
+    from neuscale_opt.replay import replay
+
+    inst, trace, coeffs = _WORKER_INPUT[0]
+    res = replay(plan, inst, trace, coeffs=coeffs)
+    return res.totals, ({"by_bucket": res.by_bucket, "by_epoch": res.by_epoch} if detail else {})
+
+
+class ReplayWorkers:
+    """Two worker processes for the report's replays (a replay is Python-bound: in a thread it
+    would only take turns with the planning). Forked once the input is loaded, before any thread
+    or solver starts, so each holds the instance, the trace and the coefficients already and is
+    sent plans only. Only in the command-line process (:func:`neuscale_opt.cli.console`) on
+    Linux with ``--jobs 2``, a trace and baselines to replay; otherwise :meth:`start` returns None
+    and the replays run in the threads (the same results: a replay is a function of its inputs)."""
+
+    def __init__(self, inst, trace, coeffs: Coefficients) -> None:
+        import multiprocessing
+
+        _WORKER_INPUT[:] = [(inst, trace, coeffs)]
+        self._pool = multiprocessing.get_context("fork").Pool(2)  # both forked here
+
+    @classmethod
+    def start(cls, args: argparse.Namespace, inst, coeffs: Coefficients) -> ReplayWorkers | None:
+        from neuscale_opt.cli import _CONSOLE
+
+        if not (_CONSOLE and sys.platform.startswith("linux") and int(getattr(args, "jobs", 1)) > 1):
+            return None
+        if args.no_baselines:
+            return None
+        played = replay_trace(inst, coeffs)
+        return None if played is None else cls(inst, played[0], coeffs)
+
+    def submit(self, sol: Solution, detail: bool):
+        """The replay of ``sol`` started in a worker; ``.get()`` waits for (totals, detail)."""
+        return self._pool.apply_async(_replay_in_worker, (sol.to_dict(timing=False), detail))
+
+    def close(self) -> None:
+        self._pool.terminate()
+        self._pool.join()
 
 
 def replay_trace(inst, coeffs: Coefficients):
@@ -552,6 +619,7 @@ def plan_report(
     prov: dict,
     sweep: dict | None = None,
     base: Baselines | None = None,
+    workers: ReplayWorkers | None = None,
 ):
     """Evaluate the plan independently, replay it, draw the report's figures, collect the
     baselines (planned, evaluated and replayed beside the plan, :class:`Baselines`) and build the
@@ -574,18 +642,24 @@ def plan_report(
     replays: dict[str, dict] = {}
     detail: dict = {}
     played = replay_trace(inst, coeffs) if cset is not None else None
+    mine = None
     if played is not None:
         trace, note = played
         notes += [note] if note else []
-        with progress_bar(total=1, desc="replay", quiet=args.quiet) as bar:
-            replays[sol.method], detail = replay_totals(sol, inst, trace, coeffs, detail=True)
-            bar.update(1)
+        if workers is not None:  # replayed in a worker process while the figures are drawn
+            mine = workers.submit(sol, detail=True)
+        else:
+            with progress_bar(total=1, desc="replay", quiet=args.quiet) as bar:
+                replays[sol.method], detail = replay_totals(sol, inst, trace, coeffs, detail=True)
+                bar.update(1)
     pods = None if coeffs.pods is None else coeffs.pods.to_dict("records")
     placements = getattr(sol, "placements", None)
     settle_heap()  # the plan, its evaluation and the plotting modules stay until the report is written
     # the figures read neither a baseline nor a replay: drawn while the baselines' thread works
     figures = report_figures(inst, cset, coeffs, sol, ev, placements, pods)
     baselines, played_baselines = base.results(args.quiet)
+    if mine is not None:
+        replays[sol.method], detail = mine.get()
     if played is not None:
         replays.update(played_baselines)
     return build_report(

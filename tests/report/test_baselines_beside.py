@@ -87,3 +87,52 @@ def test_jobs_is_one_or_two(jobs, capsys):
     code, _ = run_plan(["plan", "--jobs", jobs, "--quiet"])
     assert code == EXIT_BAD_INPUT
     assert "--jobs" in capsys.readouterr().err
+
+
+def test_the_command_replays_in_worker_processes_and_writes_the_same_report(tiny_report, tmp_path):
+    # as a process of its own (the console script) with --jobs 2 the replays run in two forked
+    # worker processes; the report is the same bytes as with --jobs 1 (every replay in turn)
+    import subprocess
+    import sys
+
+    outs = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / f"jobs{jobs}"
+        cmd = [sys.executable, "-m", "neuscale_opt.cli", "plan", str(tiny_report[2]), "--out", str(out)]
+        subprocess.run([*cmd, "--quiet", "--jobs", jobs], check=True, capture_output=True)
+        outs[jobs] = _files(out)
+    assert sorted(outs["1"]) == sorted(outs["2"])
+    for name in set(outs["1"]) - {"timing.json"}:
+        assert outs["1"][name] == outs["2"][name], name
+    assert set(json.loads(outs["2"]["replays.json"])) == {
+        "milp",
+        "neuscale-autoscaler",
+        "homogeneous-autoscaler",
+        "oracle",
+    }
+
+
+def test_a_worker_replays_a_plan_as_this_process_does(tiny_report, monkeypatch):
+    from neuscale_opt import cli
+    from neuscale_opt.cli.plan import ReplayWorkers, replay_totals, replay_trace
+    from neuscale_opt.planning import load_plan_input, plan_any
+
+    coeffs, inst = load_plan_input(str(tiny_report[2]))
+    args = argparse.Namespace(no_baselines=False, jobs=1)
+    assert ReplayWorkers.start(args, inst, coeffs) is None  # --jobs 1: no workers
+    args.jobs = 2
+    assert ReplayWorkers.start(args, inst, coeffs) is None  # called from Python: no workers
+    monkeypatch.setattr(cli, "_CONSOLE", [True])
+    from neuscale_opt.alloc.options import PlanOptions
+
+    sol = plan_any(inst, coeffs, "neuscale-autoscaler", PlanOptions.from_instance(inst))
+    workers = ReplayWorkers.start(args, inst, coeffs)
+    assert workers is not None
+    try:
+        got = workers.submit(sol, detail=True).get(timeout=120)
+    finally:
+        workers.close()
+    want = replay_totals(sol, inst, replay_trace(inst, coeffs)[0], coeffs, detail=True)
+    assert got[0] == want[0]
+    for k in ("by_bucket", "by_epoch"):
+        assert got[1][k].equals(want[1][k])
