@@ -33,14 +33,14 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
 
     Measured 2026-12-02 (three runs each, load 0.8-1.5):
     * baselines and replays in a second thread (Python's lock shared): 19.6, 20.3, 21.0 s;
-    * the replays in two forked worker processes as well (``cli.plan.ReplayWorkers``, now the
-      default): 17.5, 17.5, 17.9 s, 30.2 CPU-seconds (both threads and both workers);
+    * the replays in two forked worker processes as well: 17.5, 17.5, 17.9 s, 30.2 CPU-seconds;
+    * baselines and replays all in the two worker processes (``cli.plan.Workers``, now the
+      default), the plan and the figures in the main process: 16.6, 17.1, 17.2 s;
     * ``--jobs 1`` (every baseline after the plan, every replay in turn): 28.4-30.0 s.
-    Where the time goes now (one run): the plan 11.2 s and, beside it, the auto-scalers and the
-    oracle (9.8 s) in the other thread, each slowed by the other's Python work; then the figures
-    (3.5 s) while the last replays end. About 13 s of the remaining work is Python in the two
-    threads (model building, evaluation, figures), which they take in turn; the 12-s target needs
-    that cut.
+    Where the time goes now (one run): start-up and input 1.6 s, the plan 11.0 s (8.5-9 s alone:
+    three busy processes share the two cores while the oracle, the auto-scalers and the replays
+    run), the figures 3.1 s. About 30 CPU-seconds of work on two cores: the 12-s target needs
+    that work cut, not more parallelism.
 (e) Branch-and-bound nodes of every solve of the shipped instances' plans (``plan`` as the CLI
     runs it, and the MILP baselines of ``plan --out``: the oracle for a schedule, ``unlimited`` for
     independent epochs), searched without a node limit: the evidence the default work limit

@@ -29,6 +29,8 @@ from neuscale_opt.cli import Command, settle_heap
 from neuscale_opt.errors import EXIT_INFEASIBLE, EXIT_OK, InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from neuscale_opt.alloc.options import PlanOptions
     from neuscale_opt.alloc.solution import Solution
     from neuscale_opt.coefficients import Coefficients
@@ -279,8 +281,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     # with --out the replays get worker processes (forked now, before any thread or solver
-    # starts; ReplayWorkers) and the baselines start, beside the plan (:class:`Baselines`)
-    workers = ReplayWorkers.start(args, inst, coeffs) if args.out is not None else None
+    # starts; Workers) and the baselines start, beside the plan (:class:`Baselines`)
+    workers = Workers.start(args, inst, coeffs) if args.out is not None else None
     base = Baselines(args, inst, coeffs, options, schedule, workers) if args.out is not None else None
     try:
         with progress_bar(total=len(coeffs.epochs), desc=f"plan {args.method}", quiet=args.quiet) as bar:
@@ -434,20 +436,54 @@ class _Stopped(Exception):
     """A baseline's plan given up because the report it was for will not be written."""
 
 
+def plan_baseline(
+    name: str,
+    inst,
+    coeffs: Coefficients,
+    options: PlanOptions,
+    horizon: bool,
+    window: int | None,
+    forecast: str | None,
+    trace,
+    progress: Callable[[int], object] | None = None,
+) -> tuple[Solution, object, dict | None]:
+    """One baseline of the report: its plan, its independent evaluation and, against ``trace``
+    (None: not replayed), its replay totals. Every baseline with allocations is replayed
+    (``unlimited`` excepted: it ignores the inventory), also one the evaluator rejects: the
+    auto-scalers react to demand after it came, and their replays measure what that costs."""
+    from neuscale_opt.planning import evaluate_any, plan_any
+
+    b = plan_any(
+        inst,
+        coeffs,
+        name,
+        options.start_budget("total"),
+        independent=not horizon,
+        window=window if horizon else None,
+        forecast=forecast if horizon else None,
+        progress=progress,
+    )
+    if progress is not None:
+        progress(0)
+    ev = evaluate_any(b, coeffs, inst) if b.runnable else None
+    totals = None
+    if trace is not None and name != "unlimited" and b.runnable:
+        totals = replay_totals(b, inst, trace, coeffs, detail=False)[0]
+    return b, ev, totals
+
+
 class Baselines:
-    """The report's baselines, planned, evaluated and replayed beside the plan itself.
+    """The report's baselines (:func:`plan_baseline`), planned, evaluated and replayed beside the
+    plan itself.
 
     A horizon plan is compared with the horizon policies (the auto-scalers and the oracle), an
-    epoch-by-epoch plan with the epoch baselines. Every baseline with allocations is replayed
-    against the instance's trace (``unlimited`` excepted: it ignores the inventory), also one the
-    evaluator rejects: the auto-scalers react to demand after it came, and their replays measure
-    what that costs. With ``--jobs 2`` (the default on a machine with two or more CPUs) this runs
-    in a second thread while the plan solves and the report draws its figures: HiGHS releases
-    Python's lock while it runs, so one thread's solver time overlaps the other's Python work.
-    With ``workers`` (:class:`ReplayWorkers`) the replays are handed to worker processes instead.
-    Each baseline is planned and replayed from the same inputs as when run alone, so the report is
-    the same bytes either way. With the solver's log on (its output is captured by file
-    descriptor, one solve at a time) or ``--jobs 1`` they run after the plan, one at a time.
+    epoch-by-epoch plan with the epoch baselines. With ``--jobs 2`` (the default on a machine with
+    two or more CPUs) they run beside the plan: in the worker processes when there are
+    (:class:`Workers`), else in a second thread (HiGHS releases Python's lock while it runs, so
+    one thread's solver time overlaps the other's Python work). Each baseline is planned and
+    replayed from the same inputs as when run alone, so the report is the same bytes either way.
+    With the solver's log on (its output is captured by file descriptor, one solve at a time) or
+    ``--jobs 1`` they run after the plan, one at a time.
     """
 
     def __init__(
@@ -457,11 +493,9 @@ class Baselines:
         coeffs: Coefficients,
         options: PlanOptions,
         horizon: bool,
-        workers: ReplayWorkers | None = None,
+        workers: Workers | None = None,
     ):
         import threading
-
-        self._workers = workers
 
         pool = (
             ("neuscale-autoscaler", "homogeneous-autoscaler", "oracle")
@@ -471,11 +505,17 @@ class Baselines:
         self.names = [] if args.no_baselines else [m for m in pool if m != args.method]
         # --save-lp/--save-mps: the plan's models only
         self._todo = (args, inst, coeffs, options.replace(save_lp=None, save_mps=None), horizon)
-        self._done: dict[str, tuple[Solution, object, Any]] = {}
+        self._done: dict[str, tuple[Solution, object, dict | None]] = {}
+        self._pending: dict[str, Any] = {}
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = None
-        if self.names and int(getattr(args, "jobs", 1)) > 1 and not options.solver_log:
+        if self.names and workers is not None:
+            # the MILP baselines (the longest) first, so that the other worker takes the rest
+            first = sorted(self.names, key=lambda n: n not in ("oracle", "unlimited"))
+            o = self._todo[3]
+            self._pending = {n: workers.baseline(n, o, horizon, args.window, args.forecast) for n in first}
+        elif self.names and int(getattr(args, "jobs", 1)) > 1 and not options.solver_log:
             # a daemon: a plan that ends without a report does not wait for its baselines
             self._thread = threading.Thread(target=self._run, name="baselines", daemon=True)
             self._thread.start()
@@ -493,30 +533,11 @@ class Baselines:
         except BaseException as e:  # handed to the thread that asks for the results
             self._error = e
 
-    def _one(self, name: str) -> tuple[Solution, object, Any]:
-        from neuscale_opt.planning import evaluate_any, plan_any
-
+    def _one(self, name: str) -> tuple[Solution, object, dict | None]:
         args, inst, coeffs, options, horizon = self._todo
-        b = plan_any(
-            inst,
-            coeffs,
-            name,
-            options.start_budget("total"),
-            independent=not horizon,
-            window=args.window if horizon else None,
-            forecast=args.forecast if horizon else None,
-            progress=self._check,
-        )
-        self._check()
-        ev = evaluate_any(b, coeffs, inst) if b.runnable else None
         played = replay_trace(inst, coeffs)
-        totals = None
-        if played is not None and name != "unlimited" and b.runnable:
-            if self._workers is not None:  # its replay runs in a worker process: a handle to wait on
-                totals = self._workers.submit(b, detail=False)
-            else:
-                totals = replay_totals(b, inst, played[0], coeffs, detail=False)[0]
-        return b, ev, totals
+        trace = None if played is None else played[0]
+        return plan_baseline(name, inst, coeffs, options, horizon, args.window, args.forecast, trace, self._check)
 
     def results(self, quiet: bool) -> tuple[dict[str, tuple[Solution, object]], dict[str, dict]]:
         """Every baseline's plan and independent evaluation, in the pool's order, and the replay
@@ -524,7 +545,11 @@ class Baselines:
         from neuscale_opt.report.progress import progress_bar
 
         with progress_bar(total=len(self.names), desc="baselines", quiet=quiet) as bar:
-            if self._thread is None:
+            if self._pending:
+                for name in self.names:
+                    self._done[name] = self._pending[name].get()
+                    bar.update(1)
+            elif self._thread is None:
                 for name in self.names:
                     self._done[name] = self._one(name)
                     bar.update(1)
@@ -535,16 +560,16 @@ class Baselines:
                 bar.update(len(self.names))
         done = {name: self._done[name] for name in self.names}
         plans = {name: (b, ev) for name, (b, ev, _r) in done.items()}
-        totals = {name: r for name, (_b, _ev, r) in done.items() if r is not None}
-        return plans, {name: r if isinstance(r, dict) else r.get()[0] for name, r in totals.items()}
+        return plans, {name: r for name, (_b, _ev, r) in done.items() if r is not None}
 
     def stop(self) -> None:
-        """Give up the baselines not yet planned (at the next epoch or window of the one running)."""
+        """Give up the baselines not yet planned (in a thread: at the next epoch or window of the
+        one running; the worker processes are ended by :meth:`Workers.close`)."""
         self._stop.set()
 
 
-#: What a forked replay worker replays against: (instance, trace, coefficients), set in the parent
-#: just before the workers are forked (:class:`ReplayWorkers`), so that only plans are sent.
+#: What a forked worker plans and replays with: (instance, trace, coefficients), set in the parent
+#: just before the workers are forked (:class:`Workers`), so that only options and plans are sent.
 _WORKER_INPUT: list[tuple] = []
 
 
@@ -556,13 +581,18 @@ def _replay_in_worker(plan: dict, detail: bool) -> tuple[dict, dict]:
     return res.totals, ({"by_bucket": res.by_bucket, "by_epoch": res.by_epoch} if detail else {})
 
 
-class ReplayWorkers:
-    """Two worker processes for the report's replays (a replay is Python-bound: in a thread it
-    would only take turns with the planning). Forked once the input is loaded, before any thread
+def _baseline_in_worker(name: str, options: PlanOptions, horizon: bool, window, forecast):
+    inst, trace, coeffs = _WORKER_INPUT[0]
+    return plan_baseline(name, inst, coeffs, options, horizon, window, forecast, trace)
+
+
+class Workers:
+    """Two worker processes for the report's baselines and replays (Python-bound work: in threads
+    it would only take turns with the plan's). Forked once the input is loaded, before any thread
     or solver starts, so each holds the instance, the trace and the coefficients already and is
-    sent plans only. Only in the command-line process (:func:`neuscale_opt.cli.console`) on
-    Linux with ``--jobs 2``, a trace and baselines to replay; otherwise :meth:`start` returns None
-    and the replays run in the threads (the same results: a replay is a function of its inputs)."""
+    sent options and plans only. Only in the command-line process (:func:`neuscale_opt.cli.console`)
+    on Linux with ``--jobs 2``, a trace and baselines; otherwise :meth:`start` returns None and the
+    work runs in threads (the same results: a plan or a replay is a function of its inputs)."""
 
     def __init__(self, inst, trace, coeffs: Coefficients) -> None:
         import multiprocessing
@@ -571,7 +601,7 @@ class ReplayWorkers:
         self._pool = multiprocessing.get_context("fork").Pool(2)  # both forked here
 
     @classmethod
-    def start(cls, args: argparse.Namespace, inst, coeffs: Coefficients) -> ReplayWorkers | None:
+    def start(cls, args: argparse.Namespace, inst, coeffs: Coefficients) -> Workers | None:
         from neuscale_opt.cli import _CONSOLE
 
         if not (_CONSOLE and sys.platform.startswith("linux") and int(getattr(args, "jobs", 1)) > 1):
@@ -581,9 +611,13 @@ class ReplayWorkers:
         played = replay_trace(inst, coeffs)
         return None if played is None else cls(inst, played[0], coeffs)
 
-    def submit(self, sol: Solution, detail: bool):
+    def replay(self, sol: Solution, detail: bool):
         """The replay of ``sol`` started in a worker; ``.get()`` waits for (totals, detail)."""
         return self._pool.apply_async(_replay_in_worker, (sol.to_dict(timing=False), detail))
+
+    def baseline(self, name: str, options: PlanOptions, horizon: bool, window, forecast):
+        """:func:`plan_baseline` of ``name`` started in a worker; ``.get()`` waits for it."""
+        return self._pool.apply_async(_baseline_in_worker, (name, options, horizon, window, forecast))
 
     def close(self) -> None:
         self._pool.terminate()
@@ -619,7 +653,7 @@ def plan_report(
     prov: dict,
     sweep: dict | None = None,
     base: Baselines | None = None,
-    workers: ReplayWorkers | None = None,
+    workers: Workers | None = None,
 ):
     """Evaluate the plan independently, replay it, draw the report's figures, collect the
     baselines (planned, evaluated and replayed beside the plan, :class:`Baselines`) and build the
@@ -647,7 +681,7 @@ def plan_report(
         trace, note = played
         notes += [note] if note else []
         if workers is not None:  # replayed in a worker process while the figures are drawn
-            mine = workers.submit(sol, detail=True)
+            mine = workers.replay(sol, detail=True)
         else:
             with progress_bar(total=1, desc="replay", quiet=args.quiet) as bar:
                 replays[sol.method], detail = replay_totals(sol, inst, trace, coeffs, detail=True)

@@ -114,22 +114,22 @@ def test_the_command_replays_in_worker_processes_and_writes_the_same_report(tiny
 
 def test_a_worker_replays_a_plan_as_this_process_does(tiny_report, monkeypatch):
     from neuscale_opt import cli
-    from neuscale_opt.cli.plan import ReplayWorkers, replay_totals, replay_trace
+    from neuscale_opt.cli.plan import Workers, replay_totals, replay_trace
     from neuscale_opt.planning import load_plan_input, plan_any
 
     coeffs, inst = load_plan_input(str(tiny_report[2]))
     args = argparse.Namespace(no_baselines=False, jobs=1)
-    assert ReplayWorkers.start(args, inst, coeffs) is None  # --jobs 1: no workers
+    assert Workers.start(args, inst, coeffs) is None  # --jobs 1: no workers
     args.jobs = 2
-    assert ReplayWorkers.start(args, inst, coeffs) is None  # called from Python: no workers
+    assert Workers.start(args, inst, coeffs) is None  # called from Python: no workers
     monkeypatch.setattr(cli, "_CONSOLE", [True])
     from neuscale_opt.alloc.options import PlanOptions
 
     sol = plan_any(inst, coeffs, "neuscale-autoscaler", PlanOptions.from_instance(inst))
-    workers = ReplayWorkers.start(args, inst, coeffs)
+    workers = Workers.start(args, inst, coeffs)
     assert workers is not None
     try:
-        got = workers.submit(sol, detail=True).get(timeout=120)
+        got = workers.replay(sol, detail=True).get(timeout=120)
     finally:
         workers.close()
     want = replay_totals(sol, inst, replay_trace(inst, coeffs)[0], coeffs, detail=True)
