@@ -80,8 +80,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         type=int,
         choices=(1, 2),
         default=2 if (os.cpu_count() or 1) > 1 else 1,
-        help="with --out: 2 plans the baselines in a second thread beside the plan and, on Linux, "
-        "replays in two worker processes; 1 does all in turn (default: 2 on a machine with two or "
+        help="with --out: 2 runs the baselines and the replays beside the plan (two worker processes "
+        "on Linux, else a second thread); 1 does all in turn (default: 2 on a machine with two or "
         "more CPUs); the report is the same either way",
     )
     p.add_argument(
