@@ -581,6 +581,13 @@ def _replay_in_worker(plan: dict, detail: bool) -> tuple[dict, dict]:
     return res.totals, ({"by_bucket": res.by_bucket, "by_epoch": res.by_epoch} if detail else {})
 
 
+def _worker_init() -> None:
+    """A worker leaves Ctrl-C to the command: the parent ends the workers (:meth:`Workers.close`)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _baseline_in_worker(name: str, options: PlanOptions, horizon: bool, window, forecast):
     inst, trace, coeffs = _WORKER_INPUT[0]
     return plan_baseline(name, inst, coeffs, options, horizon, window, forecast, trace)
@@ -598,7 +605,7 @@ class Workers:
         import multiprocessing
 
         _WORKER_INPUT[:] = [(inst, trace, coeffs)]
-        self._pool = multiprocessing.get_context("fork").Pool(2)  # both forked here
+        self._pool = multiprocessing.get_context("fork").Pool(2, initializer=_worker_init)  # both forked here
 
     @classmethod
     def start(cls, args: argparse.Namespace, inst, coeffs: Coefficients) -> Workers | None:
