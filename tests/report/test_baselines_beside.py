@@ -136,3 +136,35 @@ def test_a_worker_replays_a_plan_as_this_process_does(tiny_report, monkeypatch):
     assert got[0] == want[0]
     for k in ("by_bucket", "by_epoch"):
         assert got[1][k].equals(want[1][k])
+
+
+def test_ctrl_c_ends_the_command_and_its_workers_without_tracebacks(tmp_path):
+    # a terminal's Ctrl-C reaches the whole process group: the command says it was interrupted
+    # (exit 130) and ends its workers, which print nothing of their own
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "neuscale_opt.cli", "plan", "--out", str(tmp_path / "report"), "--quiet"]
+    p = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    time.sleep(5.0)  # the default plan takes longer than this; its workers are forked by now
+    os.killpg(p.pid, signal.SIGINT)
+    try:
+        _out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130
+    assert "Traceback" not in err.decode() and "interrupted" in err.decode()
+    assert not (tmp_path / "report").exists()
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):  # no process of the group is left
+        os.killpg(p.pid, 0)
