@@ -574,11 +574,8 @@ _WORKER_INPUT: list[tuple] = []
 
 
 def _replay_in_worker(plan: dict, detail: bool) -> tuple[dict, dict]:
-    from neuscale_opt.replay import replay
-
     inst, trace, coeffs = _WORKER_INPUT[0]
-    res = replay(plan, inst, trace, coeffs=coeffs)
-    return res.totals, ({"by_bucket": res.by_bucket, "by_epoch": res.by_epoch} if detail else {})
+    return _replay_plan(plan, inst, trace, coeffs, detail)
 
 
 def _worker_init() -> None:
@@ -645,9 +642,13 @@ def replay_trace(inst, coeffs: Coefficients):
 
 def replay_totals(sol: Solution, inst, trace, coeffs: Coefficients, detail: bool) -> tuple[dict, dict]:
     """One plan replayed: its totals, and its tables by class and by epoch when ``detail``."""
+    return _replay_plan(sol.to_dict(timing=False), inst, trace, coeffs, detail)
+
+
+def _replay_plan(plan: dict, inst, trace, coeffs: Coefficients, detail: bool) -> tuple[dict, dict]:
     from neuscale_opt.replay import replay
 
-    res = replay(sol.to_dict(timing=False), inst, trace, coeffs=coeffs)
+    res = replay(plan, inst, trace, coeffs=coeffs)
     return res.totals, ({"by_bucket": res.by_bucket, "by_epoch": res.by_epoch} if detail else {})
 
 
