@@ -282,8 +282,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             )
     # with --out the replays get worker processes (forked now, before any thread or solver
     # starts; Workers) and the baselines start, beside the plan (:class:`Baselines`)
-    workers = Workers.start(args, inst, coeffs) if args.out is not None else None
-    base = Baselines(args, inst, coeffs, options, schedule, workers) if args.out is not None else None
+    played = replay_trace(inst, coeffs) if args.out is not None else None  # read once for every replay
+    trace = None if played is None else played[0]
+    workers = Workers.start(args, inst, coeffs, trace) if args.out is not None else None
+    base = Baselines(args, inst, coeffs, options, schedule, workers, trace) if args.out is not None else None
     try:
         with progress_bar(total=len(coeffs.epochs), desc=f"plan {args.method}", quiet=args.quiet) as bar:
             sol = plan_any(
@@ -300,7 +302,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if "sizing_window" in coeffs.meta:  # provision_for = "burst": the window chosen and why
             prov["sizing_window"] = coeffs.meta["sizing_window"]
         report = (
-            plan_report(args, inst, coeffs, options, sol, prov, sweep, base, workers)
+            plan_report(args, inst, coeffs, sol, prov, base, played, sweep, workers)
             if args.out is not None and sol.has_plan
             else None
         )
@@ -494,6 +496,7 @@ class Baselines:
         options: PlanOptions,
         horizon: bool,
         workers: Workers | None = None,
+        trace=None,
     ):
         import threading
 
@@ -505,6 +508,7 @@ class Baselines:
         self.names = [] if args.no_baselines else [m for m in pool if m != args.method]
         # --save-lp/--save-mps: the plan's models only
         self._todo = (args, inst, coeffs, options.replace(save_lp=None, save_mps=None), horizon)
+        self._trace = trace  # what the baselines are replayed against (None: not replayed)
         self._done: dict[str, tuple[Solution, object, dict | None]] = {}
         self._pending: dict[str, Any] = {}
         self._error: BaseException | None = None
@@ -535,9 +539,7 @@ class Baselines:
 
     def _one(self, name: str) -> tuple[Solution, object, dict | None]:
         args, inst, coeffs, options, horizon = self._todo
-        played = replay_trace(inst, coeffs)
-        trace = None if played is None else played[0]
-        return plan_baseline(name, inst, coeffs, options, horizon, args.window, args.forecast, trace, self._check)
+        return plan_baseline(name, inst, coeffs, options, horizon, args.window, args.forecast, self._trace, self._check)
 
     def results(self, quiet: bool) -> tuple[dict[str, tuple[Solution, object]], dict[str, dict]]:
         """Every baseline's plan and independent evaluation, in the pool's order, and the replay
@@ -605,15 +607,15 @@ class Workers:
         self._pool = multiprocessing.get_context("fork").Pool(2, initializer=_worker_init)  # both forked here
 
     @classmethod
-    def start(cls, args: argparse.Namespace, inst, coeffs: Coefficients) -> Workers | None:
+    def start(cls, args: argparse.Namespace, inst, coeffs: Coefficients, trace) -> Workers | None:
+        """The workers, when they apply (``trace``: the replays' trace, None without one)."""
         from neuscale_opt.cli import _CONSOLE
 
         if not (_CONSOLE and sys.platform.startswith("linux") and int(getattr(args, "jobs", 1)) > 1):
             return None
-        if args.no_baselines:
+        if args.no_baselines or trace is None:
             return None
-        played = replay_trace(inst, coeffs)
-        return None if played is None else cls(inst, played[0], coeffs)
+        return cls(inst, trace, coeffs)
 
     def replay(self, sol: Solution, detail: bool):
         """The replay of ``sol`` started in a worker; ``.get()`` waits for (totals, detail)."""
@@ -656,22 +658,20 @@ def plan_report(
     args: argparse.Namespace,
     inst,
     coeffs: Coefficients,
-    options: PlanOptions,
     sol: Solution,
     prov: dict,
+    base: Baselines,
+    played: tuple | None,
     sweep: dict | None = None,
-    base: Baselines | None = None,
     workers: Workers | None = None,
 ):
-    """Evaluate the plan independently, replay it, draw the report's figures, collect the
-    baselines (planned, evaluated and replayed beside the plan, :class:`Baselines`) and build the
-    report (nothing written)."""
-    from neuscale_opt.planning import evaluate_any, is_schedule
+    """Evaluate the plan independently, replay it against ``played`` (:func:`replay_trace`, None:
+    no replays), draw the report's figures, collect the baselines (planned, evaluated and
+    replayed beside the plan, :class:`Baselines`) and build the report (nothing written)."""
+    from neuscale_opt.planning import evaluate_any
     from neuscale_opt.report.build import build_report, report_figures
     from neuscale_opt.report.progress import progress_bar
 
-    if base is None:
-        base = Baselines(args, inst, coeffs, options, is_schedule(sol))
     ev = evaluate_any(sol, coeffs, inst)
     cset = None
     from neuscale_opt.instance import Instance
@@ -683,7 +683,6 @@ def plan_report(
     notes: list[str] = []
     replays: dict[str, dict] = {}
     detail: dict = {}
-    played = replay_trace(inst, coeffs) if cset is not None else None
     mine = None
     if played is not None:
         trace, note = played

@@ -118,21 +118,22 @@ def test_a_worker_replays_a_plan_as_this_process_does(tiny_report, monkeypatch):
     from neuscale_opt.planning import load_plan_input, plan_any
 
     coeffs, inst = load_plan_input(str(tiny_report[2]))
+    trace = replay_trace(inst, coeffs)[0]
     args = argparse.Namespace(no_baselines=False, jobs=1)
-    assert Workers.start(args, inst, coeffs) is None  # --jobs 1: no workers
+    assert Workers.start(args, inst, coeffs, trace) is None  # --jobs 1: no workers
     args.jobs = 2
-    assert Workers.start(args, inst, coeffs) is None  # called from Python: no workers
+    assert Workers.start(args, inst, coeffs, trace) is None  # called from Python: no workers
     monkeypatch.setattr(cli, "_CONSOLE", [True])
     from neuscale_opt.alloc.options import PlanOptions
 
     sol = plan_any(inst, coeffs, "neuscale-autoscaler", PlanOptions.from_instance(inst))
-    workers = Workers.start(args, inst, coeffs)
+    workers = Workers.start(args, inst, coeffs, trace)
     assert workers is not None
     try:
         got = workers.replay(sol, detail=True).get(timeout=120)
     finally:
         workers.close()
-    want = replay_totals(sol, inst, replay_trace(inst, coeffs)[0], coeffs, detail=True)
+    want = replay_totals(sol, inst, trace, coeffs, detail=True)
     assert got[0] == want[0]
     for k in ("by_bucket", "by_epoch"):
         assert got[1][k].equals(want[1][k])
