@@ -398,26 +398,32 @@ def _new_highs():
     if not _BANNER_SHOWN:
         with _FIRST_HIGHS:
             if not _BANNER_SHOWN:
-                sys.stdout.flush()
-                try:
-                    saved = os.dup(1)
-                except OSError:  # pragma: no cover - no stdout descriptor at all
-                    saved = None
-                if saved is not None:
-                    null = os.open(os.devnull, os.O_WRONLY)
-                    os.dup2(null, 1)
-                    try:
-                        h = highspy.Highs()
-                        h.setOptionValue("output_flag", False)
-                    finally:
-                        os.dup2(saved, 1)
-                        os.close(saved)
-                        os.close(null)
-                    _BANNER_SHOWN.append(True)
-                    return h
+                h = _first_highs(highspy)
                 _BANNER_SHOWN.append(True)
+                return h
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
+    return h
+
+
+def _first_highs(highspy):
+    """The process's first HiGHS instance, made with file descriptor 1 on /dev/null."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # pragma: no cover - no stdout descriptor at all
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        return h
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    try:
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
     return h
 
 
