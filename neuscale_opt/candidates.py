@@ -17,7 +17,7 @@ import pandas as pd
 from neuscale_opt.calibrate import chip_calibration
 from neuscale_opt.catalog import ChipSpec, ModelSpec, energy_spec, energy_spec_with, get_chip, get_model
 from neuscale_opt.coefficients import Coefficients, slo_within
-from neuscale_opt.energy import fixed_step_energy_j
+from neuscale_opt.energy import fixed_step_energy_j, weight_step_energy_j
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import Instance
 from neuscale_opt.roofline import (
@@ -26,6 +26,7 @@ from neuscale_opt.roofline import (
     StepCost,
     for_slice,
     hw_rows_for,
+    routed_miss_per_seq,
     slice_wraps,
     step_cost,
     tp_group,
@@ -431,7 +432,17 @@ def _grid_columns(
             mem_bytes_per_chip=np.maximum(dec.mem_bytes_per_chip, pre1.mem_bytes_per_chip),
             busy_s_per_req=busy,
             **_energy_columns(
-                dec1.energy_dyn_j, dec.energy_dyn_j, dec1.t_stage_s, dec.t_stage_s, B, so, pre1.energy_dyn_j, p1_stage
+                dec1.energy_dyn_j,
+                dec.energy_dyn_j,
+                dec1.t_stage_s,
+                dec.t_stage_s,
+                B,
+                so,
+                pre1.energy_dyn_j,
+                p1_stage,
+                dec.routed_j,
+                routed_miss_per_seq(model, 1.0),
+                dec.routed_s,
             ),
         )
     if "prefill" in want:
@@ -449,7 +460,17 @@ def _grid_columns(
             bound=pre.bound,
             mem_bytes_per_chip=pre.mem_bytes_per_chip,
             busy_s_per_req=pre.t_stage_s / B,
-            **_energy_columns(pre1.energy_dyn_j, pre.energy_dyn_j, pre1.t_stage_s, pre.t_stage_s, B, 1.0),
+            **_energy_columns(
+                pre1.energy_dyn_j,
+                pre.energy_dyn_j,
+                pre1.t_stage_s,
+                pre.t_stage_s,
+                B,
+                1.0,
+                routed_j=pre.routed_j,
+                miss_per_seq=routed_miss_per_seq(model, si),
+                routed_s=pre.routed_s,
+            ),
         )
     if "decode" in want:
         dec_s = so * dec.t_stage_s
@@ -467,7 +488,17 @@ def _grid_columns(
             bound=dec.bound,
             mem_bytes_per_chip=dec.mem_bytes_per_chip,
             busy_s_per_req=dec_s / B,
-            **_energy_columns(dec1.energy_dyn_j, dec.energy_dyn_j, dec1.t_stage_s, dec.t_stage_s, B, so),
+            **_energy_columns(
+                dec1.energy_dyn_j,
+                dec.energy_dyn_j,
+                dec1.t_stage_s,
+                dec.t_stage_s,
+                B,
+                so,
+                routed_j=dec.routed_j,
+                miss_per_seq=routed_miss_per_seq(model, 1.0),
+                routed_s=dec.routed_s,
+            ),
         )
     phase_names = list(frames)
     nf = len(phase_names)
@@ -601,21 +632,30 @@ def _energy_columns(
     steps_per_req: np.ndarray | float,
     unbatched_j: np.ndarray | float = 0.0,
     stall_s: np.ndarray | float = 0.0,
+    routed_j: np.ndarray | float = 0.0,
+    miss_per_seq: np.ndarray | float = 1.0,
+    routed_s: np.ndarray | float = 0.0,
 ) -> dict[str, np.ndarray | float]:
-    """The load-dependent energy columns (``neuscale_opt.energy.ENERGY_COLUMNS``) of a phase whose
-    batched step costs ``e_step`` J at ``batch`` and ``e_step_b1`` J with one sequence, done
-    ``steps_per_req`` times per request; ``unbatched_j`` is per-request energy outside the batched
-    steps (the colocated batch-1 prefill) and ``stall_s`` the time it stalls the batch. Values
-    broadcast against the grid (the caller writes them into the columns)."""
-    fixed = fixed_step_energy_j(e_step_b1, e_step, 1.0, batch)
-    return {
+    """The load-dependent energy columns (``neuscale_opt.energy.ENERGY_COLUMNS`` and, for an MoE
+    model, ``ROUTED_COLUMNS``) of a phase whose batched step costs ``e_step`` J at ``batch`` and
+    ``e_step_b1`` J with one sequence, done ``steps_per_req`` times per request; ``unbatched_j`` is
+    per-request energy outside the batched steps (the colocated batch-1 prefill) and ``stall_s`` the
+    time it stalls the batch; ``routed_j``, ``routed_s`` and ``miss_per_seq`` the routed experts'
+    terms of E4 and E5 (0, 0 and 1 for a dense model). Values broadcast against the grid (the caller
+    writes them into the columns)."""
+    fixed = fixed_step_energy_j(e_step_b1, e_step, 1.0, batch, routed_j, miss_per_seq)
+    weights = weight_step_energy_j(fixed, routed_j, miss_per_seq, batch)
+    cols = {
         "step_fixed_energy_j": fixed,
-        "marginal_energy_j_per_req": unbatched_j + steps_per_req * (e_step - fixed) / batch,
+        "marginal_energy_j_per_req": unbatched_j + steps_per_req * (e_step - weights) / batch,
         "steps_per_req": steps_per_req,
         "step_s_b1": t_step_b1,
         "step_s": t_step,
         "stall_s_per_req": stall_s,
     }
+    if np.any(np.asarray(routed_j) > 0):
+        cols.update(step_routed_energy_j=routed_j, step_routed_s=routed_s, routed_miss_per_seq=miss_per_seq)
+    return cols
 
 
 def pareto_mask(df: pd.DataFrame, metric: str, by: tuple[str, ...] = ("bucket", "phase")) -> np.ndarray:

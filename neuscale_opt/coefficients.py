@@ -39,7 +39,11 @@ Optional columns of the load-dependent energy model (``neuscale_opt.energy.ENERG
 batched step that does not scale with its batch: weights streamed), ``marginal_energy_j_per_req``
 (J, the rest of a request's dynamic energy), ``steps_per_req`` (-, batched steps per request),
 ``step_s_b1`` and ``step_s`` (s, pipeline occupancy of a step at batch 1 and at ``batch``),
-``stall_s_per_req`` (s, time a colocated prefill stalls the batch).
+``stall_s_per_req`` (s, time a colocated prefill stalls the batch). MoE models add
+(``neuscale_opt.energy.ROUTED_COLUMNS``) ``step_routed_energy_j`` (J to stream every routed expert
+once; ``step_fixed_energy_j`` is then the dense weights only), ``step_routed_s`` (s of a stage's HBM
+time to do so) and ``routed_miss_per_seq`` (-, probability that one sequence's tokens of a step
+miss a given routed expert).
 
 ``demand`` - the rate to provision for: columns ``epoch`` (int), ``bucket``, ``rate_rps`` (req/s).
 Every (epoch, bucket) pair of the horizon is present (zeros included). Optional ``mean_rps``

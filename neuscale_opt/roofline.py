@@ -72,6 +72,8 @@ class StepCost:
     energy_dyn_j: np.ndarray  # whole vPod, dynamic (R10)
     mem_bytes_per_chip: np.ndarray  # weights + KV + activation workspace (R11)
     dcn_bytes: np.ndarray  # whole vPod: pipeline hand-offs between nodes (R9)
+    routed_j: np.ndarray  # whole vPod: energy of streaming every routed expert once (R3-R4; 0 dense)
+    routed_s: np.ndarray  # per stage: HBM time of every routed expert once, each chip its share (0 dense)
 
 
 def hw_rows_for(
@@ -158,6 +160,16 @@ def _expected_max_poisson(mean: float, n: int) -> float:
 
 
 POISSON_EXACT_MAX_MEAN = 64.0  # above this mean per chip the normal approximation is used
+
+
+def routed_miss_per_seq(m, tokens_per_seq) -> np.ndarray:
+    """R3 per sequence: the probability that one sequence's ``tokens_per_seq`` tokens of a step all
+    miss a given routed expert, ``(1 - k/E)^T`` (1 for a dense model), so that a step of ``n``
+    sequences touches the share ``1 - q^n`` of the routed experts."""
+    t = np.asarray(tokens_per_seq, dtype=float)
+    if not m.is_moe:
+        return np.ones_like(t)
+    return np.power(1.0 - m.experts_per_token / m.n_experts, t)
 
 
 def moe_chip_imbalance(assignments: np.ndarray, ep: np.ndarray, cap: float) -> np.ndarray:
@@ -375,6 +387,7 @@ def step_cost(
     act_store = 2.0 * tokens * ACT_BYTES * (D + split_width / tp)
     mem = w_store + kv_store + act_store
     shp = t_stage.shape
+    routed_bytes = m.routed_expert_params_total * bw if m.is_moe else 0.0
     return StepCost(
         flops=np.broadcast_to(flops, shp),
         hbm_bytes=np.broadcast_to(hbm_total, shp),
@@ -388,6 +401,8 @@ def step_cost(
         energy_dyn_j=np.broadcast_to(e_dyn, shp),
         mem_bytes_per_chip=np.broadcast_to(mem, shp),
         dcn_bytes=np.broadcast_to(dcn_total, shp),
+        routed_j=np.broadcast_to(routed_bytes * hw.j_hbm, shp),
+        routed_s=np.broadcast_to(routed_bytes / chips / (hw.hbm_bw * hw.eff_h), shp),
     )
 
 

@@ -21,9 +21,10 @@ from neuscale_opt.energy import (
     mean_decode_batch,
     request_energy_split_j,
     static_energy_j,
+    weight_step_energy_j,
 )
 from neuscale_opt.instance import parse_instance
-from neuscale_opt.roofline import slice_collective, step_cost
+from neuscale_opt.roofline import for_slice, slice_collective, step_cost
 
 # Llama-3-70B (models.csv): 80 layers, d_model 8192, 64 query / 8 KV heads of 128, FFN 28672,
 # vocabulary 128256; a step streams per layer Q, O (8192 x 8192) + K, V (8192 x 1024) + SwiGLU
@@ -149,3 +150,90 @@ def test_tables_without_energy_columns_keep_their_dynamic_energy():
     busy, marg = request_energy_split_j(cfg, [5.0])
     assert busy[0] == 0.0 and marg[0] == 3.0
     assert busy_energy_rate_w(cfg, [5.0], [1.0], ["g"])[0] == 0.0
+
+
+def _deepseek_v5p():
+    inst = parse_instance(
+        {
+            "name": "moe",
+            "model": {"name": "DeepSeek-V3-671B"},
+            "fleet": [{"chip": "tpu-v5p", "chips": 32}],
+            "workload": {
+                "classes": [{"name": "a", "input_tokens": 1000, "output_tokens": 200}],
+                "demand": [{"epoch": 0, "bucket": "a", "rate_rps": 1.0}],
+            },
+            "slo": {"mode": "absolute", "ttft_s": 100.0, "tpot_s": 10.0},
+            "search": {"max_chips_per_vpod": 32, "batch_sizes": [1, 64]},
+        }
+    )
+    cfg = build_coefficients(inst).configs
+    rows = cfg[(cfg["batch"] == 64) & (cfg["phase"] == "colocated")]
+    assert len(rows) > 0
+    return inst, effective_model(inst), rows
+
+
+def test_moe_weight_streaming_follows_the_touched_experts():
+    inst, model, rows = _deepseek_v5p()
+    r = rows.iloc[0]
+    hw = chip_context(inst, "tpu-v5p").hw
+    # DeepSeek-V3 (models.csv): 58 MoE layers x 256 routed experts x 3 x 7168 x 2048 weights, fp8;
+    # a token picks 8 of the 256 experts of a layer
+    routed_bytes = 58 * 256 * 3 * 7168 * 2048 * 1.0
+    assert r["step_routed_energy_j"] == pytest.approx(routed_bytes * float(hw.j_hbm), rel=1e-12)
+    assert r["routed_miss_per_seq"] == pytest.approx(1.0 - 8.0 / 256.0, rel=1e-12)
+    # one sequence per step touches 8/256 of the routed experts, 64 sequences 1 - (248/256)^64
+    e_w1 = float(weight_step_energy_j(r["step_fixed_energy_j"], r["step_routed_energy_j"], r["routed_miss_per_seq"], 1))
+    e_w64 = float(
+        weight_step_energy_j(r["step_fixed_energy_j"], r["step_routed_energy_j"], r["routed_miss_per_seq"], 64)
+    )
+    routed = float(r["step_routed_energy_j"])
+    assert e_w1 - r["step_fixed_energy_j"] == pytest.approx(routed * 8.0 / 256.0, rel=1e-12)
+    assert e_w64 - r["step_fixed_energy_j"] == pytest.approx(routed * (1.0 - (248.0 / 256.0) ** 64), rel=1e-12)
+    # the fixed part is the dense weights only: well below the touched experts of a full batch
+    assert 0.0 < r["step_fixed_energy_j"] < e_w64 - r["step_fixed_energy_j"]
+    # nearly idle vPod: every step carries one sequence -> 200 steps x (dense + 8/256 of the experts)
+    busy, _ = request_energy_split_j(rows.iloc[[0]], np.array([1e-9]))
+    assert busy[0] == pytest.approx(200.0 * e_w1, rel=1e-6)
+    # saturated: 64 sequences share a step, and busy + marginal is the full-batch energy per request
+    busy, marg = request_energy_split_j(rows.iloc[[0]], np.array([1e6]))
+    assert busy[0] == pytest.approx(200.0 * e_w64 / 64.0, rel=1e-9)
+    assert busy[0] + marg[0] == pytest.approx(r["dyn_energy_j_per_req"], rel=1e-9)
+
+
+def test_moe_step_energy_is_exact_at_every_batch():
+    # E4 + the per-sequence slope reproduce the roofline's decode step (R10) at every batch, not only
+    # at the chord's two ends (the dense remainder is linear in the batch, the touched experts not)
+    inst, model, rows = _deepseek_v5p()
+    r = rows.iloc[0]
+    hw = for_slice(
+        chip_context(inst, "tpu-v5p").hw,
+        get_chip("tpu-v5p"),
+        tuple(int(x) for x in str(r["shape"]).split("x")),
+        int(r["tp"]),
+    )
+    args = (float(r["tp"]), float(r["pp"]), float(r["ep"]))
+    ctx = 1000.0 + 100.0
+    e = {b: float(step_cost(model, hw, *args, float(b), 1.0, ctx).energy_dyn_j) for b in (1, 2, 8, 32, 64)}
+    fixed = fixed_step_energy_j(e[1], e[64], 1, 64, r["step_routed_energy_j"], r["routed_miss_per_seq"])
+    w = {b: float(weight_step_energy_j(fixed, r["step_routed_energy_j"], r["routed_miss_per_seq"], b)) for b in e}
+    slope = (e[64] - w[64]) / 64.0
+    for b in (2, 8, 32):
+        assert w[b] + b * slope == pytest.approx(e[b], rel=1e-9)
+    # the chord through batch 1 and 64 alone (dense rule) misses the middle by far
+    chord = fixed_step_energy_j(e[1], e[64], 1, 64)
+    assert chord + 8 * (e[64] - chord) / 64.0 < 0.8 * e[8]
+
+
+def test_moe_littles_law_with_touched_experts_by_hand():
+    # tau(n) = tau_1 + (n - 1) s + tr (u(n) - u(1)), u(n) = 1 - q^n; tau_1 = 0.01, tau_B = 0.02 at
+    # B = 11, tr = 0.008, q = 0.9: s = (0.01 - 0.008 (u(11) - u(1))) / 10
+    q, tr, lam, steps = 0.9, 0.008, 2.0, 100.0
+    n = float(mean_decode_batch(lam, steps, 0.0, 0.01, 0.02, 11.0, tr, q))
+    u = lambda x: 1.0 - q**x  # noqa: E731
+    s = (0.01 - tr * (u(11.0) - u(1.0))) / 10.0
+    assert n == pytest.approx(lam * steps * (0.01 + (n - 1.0) * s + tr * (u(n) - u(1.0))), rel=1e-9)
+    # the concave step time runs longer than its chord between 1 and B: a larger batch
+    assert n > float(mean_decode_batch(lam, steps, 0.0, 0.01, 0.02, 11.0)) + 0.05  # 2.329 vs 2.25
+    # saturated and idle ends as the dense rule
+    assert float(mean_decode_batch(1000.0, steps, 0.0, 0.01, 0.02, 11.0, tr, q)) == 11.0
+    assert float(mean_decode_batch(0.0, steps, 0.0, 0.01, 0.02, 11.0, tr, q)) == 0.0

@@ -56,10 +56,10 @@ import numpy as np
 
 from neuscale_opt.candidates import chip_context, effective_model
 from neuscale_opt.catalog import get_chip
-from neuscale_opt.energy import fixed_step_energy_j
+from neuscale_opt.energy import fixed_step_energy_j, weight_step_energy_j
 from neuscale_opt.instance import Instance
 from neuscale_opt.replay.plan import VpodType
-from neuscale_opt.roofline import for_slice, stage_time, step_cost, vpod_nodes
+from neuscale_opt.roofline import for_slice, routed_miss_per_seq, stage_time, step_cost, vpod_nodes
 
 P_PROBE = 65536.0  # second context at which the affine coefficients are read (tokens)
 
@@ -144,11 +144,14 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
 
     p2p = lo.latency_s - pp * lo.t_stage_s
     # E4 between batch 1 and the type's batch (at least 2), as the planner's coefficients (at P = 0:
-    # the intercept does not depend on the context)
+    # the intercept does not depend on the context), and the routed experts each micro-batch of b
+    # sequences touches (MoE)
     b_probe = float(max(vt.batch, 2))
     d1 = step_cost(model, hw, tp, pp, ep, 1.0, 1.0, 0.0, nodes=nodes)
     d2 = step_cost(model, hw, tp, pp, ep, b_probe, 1.0, 0.0, nodes=nodes)
-    w_round = float(fixed_step_energy_j(d1.energy_dyn_j, d2.energy_dyn_j, 1.0, b_probe))
+    routed, miss = float(d1.routed_j), float(routed_miss_per_seq(model, 1.0))
+    w_fixed = float(fixed_step_energy_j(d1.energy_dyn_j, d2.energy_dyn_j, 1.0, b_probe, routed, miss))
+    w_round = q * weight_step_energy_j(w_fixed, routed, miss, b)
     s = np.arange(0, max(int(max_input), 0) + 1, dtype=np.float64)
     pre = step_cost(model, hw, tp, pp, ep, 1.0, s, 0.0, nodes=nodes)
     chips = float(vt.chips)
@@ -184,7 +187,7 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
         pre_stall=np.broadcast_to(pre.t_stage_s, s.shape).tolist(),
         pre_lat=np.broadcast_to(pre.latency_s, s.shape).tolist(),
         pre_energy=np.broadcast_to(pre.energy_dyn_j, s.shape).tolist(),
-        fixed_j=pad(q * w_round),
+        fixed_j=pad(w_round),
         pre_fixed_j=_prefill_fixed_j(model, hw, tp, pp, ep, nodes, vt, max_input),
         static_w=chips * float(ctx.hw.static_w),
         price_usd_per_hour=chips * ctx.price_usd_per_chip_hour,
@@ -206,6 +209,8 @@ def _prefill_fixed_j(model, hw, tp: float, pp: float, ep: float, nodes: int, vt:
         return 0.0
     b = float(max(vt.batch, 2))
     s_in = float(max(max_input, 1))
-    e1 = step_cost(model, hw, tp, pp, ep, 1.0, s_in, 0.0, nodes=nodes).energy_dyn_j
+    one = step_cost(model, hw, tp, pp, ep, 1.0, s_in, 0.0, nodes=nodes)
     eb = step_cost(model, hw, tp, pp, ep, b, s_in, 0.0, nodes=nodes).energy_dyn_j
-    return float(fixed_step_energy_j(e1, eb, 1.0, b))
+    routed, miss = float(one.routed_j), float(routed_miss_per_seq(model, s_in))
+    fixed = fixed_step_energy_j(one.energy_dyn_j, eb, 1.0, b, routed, miss)
+    return float(weight_step_energy_j(fixed, routed, miss, b))

@@ -8,9 +8,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from replay_builders import plan_of, row, tiny_instance, trace_of
+from replay_builders import plan_of, poisson_trace, row, tiny_instance, trace_of
 
-from neuscale_opt.candidates import chip_context, effective_model
+from neuscale_opt.candidates import build_coefficients, chip_context, effective_model
+from neuscale_opt.energy import request_energy_split_j
+from neuscale_opt.instance import parse_instance
 from neuscale_opt.replay import ReplayOptions, replay
 from neuscale_opt.roofline import step_cost
 
@@ -68,3 +70,37 @@ def test_idle_fleet_power_is_optional_and_hand_computed():
     assert on.totals["energy_j"] == pytest.approx(off.totals["energy_j"] + 1.1 * idle_j)
     assert on.totals["cost_usd"] == off.totals["cost_usd"]
     assert on.meta["options"]["idle_fleet_power"] is True
+
+
+@pytest.mark.parametrize("load", [0.2, 0.8])
+def test_moe_weight_streaming_per_request_matches_a_one_vpod_replay(load):
+    # DeepSeek-V3 on a v6e 4x8 vPod under Poisson arrivals of one class: the planner's weight
+    # streaming per request (E4-E7 with the touched routed experts) against the replay's steps, each
+    # at its actual batch; the chord of the touched-expert curve (the dense rule) gave 0.6x (load 0.2)
+    # and 0.2x (load 0.8) of the replay's here
+    inst = parse_instance(
+        {
+            "name": "moe",
+            "model": {"name": "DeepSeek-V3-671B"},
+            "fleet": [{"chip": "tpu-v6e", "chips": 32}],
+            "workload": {
+                "classes": [{"name": "a", "input_tokens": 1000, "output_tokens": 200}],
+                "demand": [{"epoch": 0, "bucket": "a", "rate_rps": 1.0}],
+            },
+            "epochs": {"length_s": 300.0, "horizon": 1},
+            "slo": {"mode": "absolute", "ttft_s": 1000.0, "tpot_s": 100.0},
+            "search": {"max_chips_per_vpod": 32, "batch_sizes": [64]},
+        }
+    )
+    cfg = build_coefficients(inst).configs
+    one = cfg[(cfg["phase"] == "colocated") & (cfg["shape"] == "4x8") & (cfg["tp"] == 2) & (cfg["ep"] == 1)]
+    assert len(one) == 1
+    r = one.iloc[0]
+    lam = load / float(r["busy_s_per_req"])
+    trace = poisson_trace({"a": (lam, 1000, 200)}, 300.0, seed=3)
+    kw = {"chip": "tpu-v6e", "shape": "4x8", "chips_per_vpod": 32, "tp": 2, "pp": int(r["pp"]), "batch": 64}
+    res = replay(plan_of([row(0, "a", 1, rate_rps=lam, **kw)]), inst, trace)
+    busy, marginal = request_energy_split_j(one, np.array([lam]))
+    n = len(trace)
+    assert busy[0] == pytest.approx(res.totals["energy_busy_j"] / n, rel=0.12)
+    assert marginal[0] == pytest.approx(res.totals["energy_marginal_j"] / n, rel=0.03)
