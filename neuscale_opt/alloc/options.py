@@ -239,6 +239,17 @@ class PlanOptions:
             return "the work limit" + (f" of {self.node_limit} nodes" if self.node_limit is not None else "")
         return "the wall-clock limit" + (f" of {self.time_limit_s:g} s" if self.time_limit_s is not None else "")
 
+    def no_plan_text(self, stopped_by: str) -> str:
+        """Why a solve ended without a plan and what to try, in words (the end of the exit-3 line):
+        the limit that stopped it (:meth:`limit_text`), then a larger limit and, unless demand may
+        go unserved already, ``--allow-unserved`` (an over-subscribed epoch the search cannot prove
+        infeasible within the limit ends this way too)."""
+        flag = "--node-limit" if stopped_by == "work_limit" else "--time-limit"
+        hint = f"a larger {flag} may find one"
+        if not self.allow_unserved:
+            hint += "; if the inventory is too small, --allow-unserved plans what fits"
+        return f"the solver hit {self.limit_text(stopped_by)} without a plan ({hint})"
+
     @classmethod
     def from_instance(cls, instance: Any, **overrides: Any) -> PlanOptions:
         """Read the options from a validated ``neuscale_opt.instance.Instance``.

@@ -181,7 +181,7 @@ def _milp_solve(ctx: EpochContext, fixed: dict[str, int] | None) -> tuple[EpochP
     res = solve_model(m, opts)
     info = res.info()
     if res.status == "no_incumbent":
-        raise TimeLimitError(f"epoch {ctx.epoch}: the solver hit {opts.limit_text(res.stopped_by)} without a plan")
+        raise TimeLimitError(f"epoch {ctx.epoch}: {opts.no_plan_text(res.stopped_by)}")
     if res.status == "infeasible" and fixed is not None:
         reason = f"epoch {ctx.epoch}: the fixed vPods cannot carry the demand (or cannot be placed)"
         return EpochPlan({}, {}, {}, status="infeasible", diagnosis=reason), info

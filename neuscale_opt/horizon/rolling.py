@@ -164,10 +164,7 @@ def solve_window(
 
     info = res.info()
     if res.status == "no_incumbent":
-        raise TimeLimitError(
-            f"epochs {ctx.epochs[0]}-{ctx.epochs[-1]}: the solver hit {ctx.options.limit_text(res.stopped_by)} "
-            "without a plan"
-        )
+        raise TimeLimitError(f"epochs {ctx.epochs[0]}-{ctx.epochs[-1]}: {ctx.options.no_plan_text(res.stopped_by)}")
     if not res.has_plan:
         raise RuntimeError(f"horizon window {ctx.epochs[0]}-{ctx.epochs[-1]} is {res.status}")  # pragma: no cover
     v = res.values

@@ -319,3 +319,13 @@ def test_highs_instances_made_in_two_threads_leave_stdout_where_it_was(monkeypat
     for t in threads:
         t.join()
     assert len(seen) == 50 and set(seen) == {(before.st_dev, before.st_ino)}
+
+
+def test_a_solve_without_a_plan_says_which_limit_and_what_to_try():
+    work = PlanOptions(node_limit=200).no_plan_text("work_limit")
+    assert work == (
+        "the solver hit the work limit of 200 nodes without a plan (a larger --node-limit may find one; "
+        "if the inventory is too small, --allow-unserved plans what fits)"
+    )
+    clock = PlanOptions(time_limit_s=5.0, allow_unserved=True).no_plan_text("time_limit")
+    assert clock == "the solver hit the wall-clock limit of 5 s without a plan (a larger --time-limit may find one)"
