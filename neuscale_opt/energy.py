@@ -168,6 +168,24 @@ def busy_batch(mean_batch, batch):
     return np.clip(cond, 1.0, np.maximum(b, 1.0))
 
 
+def _columns_and_batch(configs: pd.DataFrame, rate_per_vpod_rps) -> tuple[dict, np.ndarray]:
+    """The rows' energy columns (with ``routed_j``, ``routed_s``, ``miss`` of :func:`_routed`) and
+    their E5 mean batch when each vPod receives ``rate_per_vpod_rps`` requests/s."""
+    col = {c: floats(configs, c) for c in (*ENERGY_COLUMNS, "batch")}
+    col["routed_j"], col["routed_s"], col["miss"] = _routed(configs)
+    nbar = mean_decode_batch(
+        rate_per_vpod_rps,
+        col["steps_per_req"],
+        col["stall_s_per_req"],
+        col["step_s_b1"],
+        col["step_s"],
+        col["batch"],
+        col["routed_s"],
+        col["miss"],
+    )
+    return col, nbar
+
+
 def request_energy_split_j(configs: pd.DataFrame, rate_per_vpod_rps) -> tuple[np.ndarray, np.ndarray]:
     """E7: (busy, marginal) dynamic energy per request (J, before PUE) of each configuration row
     when each of its vPods receives ``rate_per_vpod_rps`` requests/s:
@@ -177,20 +195,11 @@ def request_energy_split_j(configs: pd.DataFrame, rate_per_vpod_rps) -> tuple[np
     if not all(c in configs for c in ENERGY_COLUMNS):
         dyn = floats(configs, "dyn_energy_j_per_req")
         return np.zeros(len(configs)), np.where(np.isnan(dyn), 0.0, dyn)
-    col = {c: floats(configs, c) for c in (*ENERGY_COLUMNS, "batch")}
-    routed_j, routed_s, miss = _routed(configs)
-    nbar = mean_decode_batch(
-        rate_per_vpod_rps,
-        col["steps_per_req"],
-        col["stall_s_per_req"],
-        col["step_s_b1"],
-        col["step_s"],
-        col["batch"],
-        routed_s,
-        miss,
-    )
+    col, nbar = _columns_and_batch(configs, rate_per_vpod_rps)
     nb = busy_batch(nbar, col["batch"])
-    busy = col["steps_per_req"] * weight_step_energy_j(col["step_fixed_energy_j"], routed_j, miss, nb) / nb
+    busy = (
+        col["steps_per_req"] * weight_step_energy_j(col["step_fixed_energy_j"], col["routed_j"], col["miss"], nb) / nb
+    )
     return np.nan_to_num(busy), np.nan_to_num(col["marginal_energy_j_per_req"])
 
 
@@ -225,25 +234,14 @@ def busy_energy_rate_w(configs: pd.DataFrame, arriving_rps, n_vpods, group) -> n
     :data:`ENERGY_COLUMNS`."""
     if not all(c in configs for c in ENERGY_COLUMNS):
         return np.zeros(len(configs))
-    col = {c: floats(configs, c) for c in (*ENERGY_COLUMNS, "batch")}
     lam = np.asarray(arriving_rps, dtype=float)
     n = np.asarray(n_vpods, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         lam_v = np.where(n > 0, lam / np.where(n > 0, n, 1.0), 0.0)
-    routed_j, routed_s, miss = _routed(configs)
-    nbar = mean_decode_batch(
-        lam_v,
-        col["steps_per_req"],
-        col["stall_s_per_req"],
-        col["step_s_b1"],
-        col["step_s"],
-        col["batch"],
-        routed_s,
-        miss,
-    )
+    col, nbar = _columns_and_batch(configs, lam_v)
     n_group = pd.Series(nbar).groupby(pd.Series(list(group))).transform("sum").to_numpy()
     nb = busy_batch(np.minimum(n_group, col["batch"]), col["batch"])
-    e_w = weight_step_energy_j(col["step_fixed_energy_j"], routed_j, miss, nb)
+    e_w = weight_step_energy_j(col["step_fixed_energy_j"], col["routed_j"], col["miss"], nb)
     return np.nan_to_num(lam * col["steps_per_req"] * e_w / nb)
 
 
