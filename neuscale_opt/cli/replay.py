@@ -1,7 +1,8 @@
 """CLI command ``replay``: judge a plan by replaying a trace against it.
 
 ``neuscale-opt replay PLAN.json [--instance INSTANCE [--force]] [--trace TRACE] [--json PATH|-]
-[--requests PATH|-] [--create-delay S] [--cold-start] [--idle-fleet-power] [--admission all|plan]``
+[--requests PATH|-] [--create-delay S] [--cold-start] [--idle-fleet-power] [--admission all|plan]
+[--routing plan|load]``
 
 PLAN.json is a plan in the allocation planner's JSON contract; INSTANCE the instance it was made
 for (default: the instance the plan's provenance records, else the embedded default; an instance
@@ -12,6 +13,8 @@ written both or neither. Exit codes: 0 replayed (whatever the SLO attainment), 2
 input (a plan that does not match the instance, an unreadable trace), with a one-line reason.
 ``--admission plan`` rejects at arrival the demand the plan leaves unserved (its ``unserved``
 rows), so the replay does the work the plan accounts (README section 3); default ``all``.
+``--routing load`` sends each request to the best vPod of all its class's groups instead of
+splitting the class over them as the plan's rates say (default ``plan``; README section 2).
 """
 
 from __future__ import annotations
@@ -73,6 +76,12 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
         default="all",
         help="all: queue every arrival (default); plan: reject the share of each class the plan leaves unserved",
     )
+    p.add_argument(
+        "--routing",
+        choices=("plan", "load"),
+        default="plan",
+        help="plan: split each class over its groups as the plan's rates say (default); load: the best vPod of any",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_replay)
 
@@ -109,6 +118,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "warm_start": not args.cold_start,
         "idle_fleet_power": args.idle_fleet_power,
         "admission": args.admission,
+        "routing": args.routing,
     }
     if args.create_delay is not None:
         kw["create_delay_s"] = args.create_delay

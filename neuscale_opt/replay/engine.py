@@ -100,7 +100,7 @@ class _Vpod:
 
 
 class _Group:
-    __slots__ = ("key", "type_index", "tab", "inv_slots", "live", "ready", "draining", "buckets", "phase")
+    __slots__ = ("key", "type_index", "tab", "inv_slots", "live", "ready", "draining", "buckets", "phase", "planned")
 
     def __init__(self, key: str, type_index: int, tab: StepTable) -> None:
         self.key = key
@@ -112,6 +112,7 @@ class _Group:
         self.draining: list[_Vpod] = []  # retired, still working
         self.buckets: tuple[int, ...] = ()
         self.phase = PHASE_CODE[tab.vtype.phase]
+        self.planned = 0  # vPods the plan gives the group in the current epoch
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ class EpochGroup:
     type_index: int
     n_vpods: int
     buckets: tuple[int, ...]  # bucket codes
+    rates: tuple[float, ...] = ()  # planned req/s of each of those classes on the group (NaN: none given)
 
 
 @dataclass(frozen=True)
@@ -158,9 +160,13 @@ def run(
     create_delay_s: float,
     warm_start: bool,
     on_epoch: Callable[[int], object] | None = None,
+    routing: str = "plan",
 ) -> EngineResult:
     """Replay requests (sorted by arrival) against ``schedule[e]`` for epochs ``e = 0 .. E-1``;
-    ``on_epoch(1)`` (e.g. a progress bar's ``update``) is called as each epoch boundary is reached."""
+    ``on_epoch(1)`` (e.g. a progress bar's ``update``) is called as each epoch boundary is reached.
+    ``routing``: ``"plan"`` splits each class's requests over its groups in the proportions of the
+    planned rates (smooth weighted round-robin over the groups with a ready vPod, then the best vPod
+    of the chosen group); ``"load"`` sends each to the best vPod of all its groups."""
     n_req = len(arrival)
     nan = math.nan
     start = [nan] * n_req
@@ -176,6 +182,17 @@ def run(
     groups: dict[str, _Group] = {}
     route: list[list[_Group]] = [[] for _ in range(n_buckets)]  # colocated / prefill groups
     droute: list[list[_Group]] = [[] for _ in range(n_buckets)]  # decode groups
+    # planned split of each class over its groups (same order as route / droute) and the credits of
+    # the smooth weighted round-robin (routing = "plan")
+    split = routing == "plan"
+    weight: dict[int, list[list[float]]] = {
+        id(route): [[] for _ in range(n_buckets)],
+        id(droute): [[] for _ in range(n_buckets)],
+    }
+    credit: dict[int, list[list[float]]] = {
+        id(route): [[] for _ in range(n_buckets)],
+        id(droute): [[] for _ in range(n_buckets)],
+    }
     pending: list[deque[int]] = [deque() for _ in range(n_buckets)]
     dpending: list[deque[int]] = [deque() for _ in range(n_buckets)]  # prefilled, waiting for a decode vPod
     push = heapq.heappush
@@ -288,7 +305,26 @@ def run(
     def best_vpod(b: int, routes: list[list[_Group]] = route) -> _Vpod | None:
         best = None
         best_key = math.inf
-        for g in routes[b]:
+        gs = routes[b]
+        if split and len(gs) > 1:
+            # the group whose credit is largest among those with a ready vPod, credits raised by
+            # their planned rates (scaled by the share of the group's planned vPods that is ready:
+            # vPods still being created take no share) and the chosen one lowered by their sum
+            # (nginx's smooth weighted round-robin)
+            ws, cr = weight[id(routes)][b], credit[id(routes)][b]
+            pick, total = -1, 0.0
+            for i, g in enumerate(gs):
+                if g.ready:
+                    w = ws[i] * min(len(g.ready) / g.planned, 1.0) if g.planned > 0 else ws[i]
+                    cr[i] += w
+                    total += w
+                    if pick < 0 or cr[i] > cr[pick]:
+                        pick = i
+            if pick < 0:
+                return None
+            cr[pick] -= total
+            gs = (gs[pick],)
+        for g in gs:
             inv = g.inv_slots
             for v in g.ready:
                 # prompts waiting here first (a prompt routed behind others waits for their
@@ -416,16 +452,21 @@ def run(
             if g is None:
                 g = groups[eg.key] = _Group(eg.key, eg.type_index, tables[eg.type_index])
             g.buckets = eg.buckets
+            g.planned = eg.n_vpods
             resize(g, eg.n_vpods, t, ready_now)
-        for r in route:
-            r.clear()
-        for r in droute:
-            r.clear()
+        for routes in (route, droute):
+            for b in range(n_buckets):
+                routes[b].clear()
+                weight[id(routes)][b].clear()
+                credit[id(routes)][b].clear()
         for eg in target:
             g = groups[eg.key]
             routes = droute if g.phase == PH_DECODE else route
-            for b in eg.buckets:
+            rates = eg.rates or (math.nan,) * len(eg.buckets)
+            for b, r in zip(eg.buckets, rates, strict=True):
                 routes[b].append(g)
+                weight[id(routes)][b].append(r if r == r and r >= 0.0 else 1.0)  # no rate given: equal shares
+                credit[id(routes)][b].append(0.0)
         drain_pending(range(n_buckets), t)
         drain_dpending(range(n_buckets), t)
         for g in groups.values():

@@ -250,7 +250,8 @@ def load_plan(
         g = groups.get(key)
         at = f"allocations[{row['_row']}]"
         if g is None:
-            groups[key] = {"type": vt, "n": row["n_vpods"], "row": row["_row"], "buckets": {row["bucket"]}}
+            groups[key] = {"type": vt, "n": row["n_vpods"], "row": row["_row"], "buckets": {row["bucket"]}, "rates": {}}
+            _add_rate(groups[key], row)
             continue
         if g["type"] != vt:
             problems.append(f"{at}: group {gid!r} of epoch {row['epoch']} mixes vPod types ({g['type'].key}, {vt.key})")
@@ -260,6 +261,7 @@ def load_plan(
                 f"{g['n']} vPods in epoch {row['epoch']}"
             )
         g["buckets"].add(row["bucket"])
+        _add_rate(g, row)
     _fail(problems, where)
 
     # Inventory: chips held per (epoch, generation), each group once.
@@ -305,13 +307,32 @@ def load_plan(
             "chips_per_vpod": g["type"].chips,
             "n_vpods": g["n"],
             "buckets": tuple(sorted(g["buckets"])),
+            "rates": tuple(g["rates"].get(b, math.nan) for b in sorted(g["buckets"])),
         }
         for (e, gid), g in sorted(groups.items())
     ]
     gdf = pd.DataFrame(
         group_rows,
-        columns=["epoch", "vpod_group", "type_index", "vpod_type", "chip", "chips_per_vpod", "n_vpods", "buckets"],
+        columns=[
+            "epoch",
+            "vpod_group",
+            "type_index",
+            "vpod_type",
+            "chip",
+            "chips_per_vpod",
+            "n_vpods",
+            "buckets",
+            "rates",
+        ],
     )
     rdf = pd.DataFrame([{k: v for k, v in r.items() if k not in ("shape_t", "_row")} for r in rows])
     meta = {k: data[k] for k in ("status", "method", "objective", "variant", "serving") if k in data}
     return Plan(rows=rdf, groups=gdf, types=tuple(types), n_epochs=n_epochs, source=where, meta=meta, unserved=unserved)
+
+
+def _add_rate(group: dict, row: dict) -> None:
+    """Add the row's planned ``rate_rps`` to its class's rate on the group (NaN when rows give none)."""
+    r = row.get("rate_rps")
+    r = math.nan if r is None else float(r)
+    b = row["bucket"]
+    group["rates"][b] = group["rates"].get(b, 0.0) + r

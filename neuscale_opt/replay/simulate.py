@@ -53,6 +53,8 @@ SECONDS_PER_HOUR = 3600.0
 DEFAULT_CREATE_DELAY_S = 30.0
 #: ``ReplayOptions.admission``: admit every arrival, or only the share of its class the plan serves
 ADMISSIONS: tuple[str, ...] = ("all", "plan")
+#: How a class served by several groups is split over them (ReplayOptions.routing).
+ROUTINGS: tuple[str, ...] = ("plan", "load")
 #: slack of the admission counts floor(k s): a share that is a ratio of small integers admits exactly
 _ADMIT_EPS = 1e-9
 
@@ -77,7 +79,11 @@ class ReplayOptions:
     horizon while they drain). ``"plan"``: the plan's unserved demand is rejected at arrival, so
     that the replay does the work the plan accounts: of the arrivals of class ``b`` in epoch ``e``
     the share :func:`admission_share` is admitted, evenly spread (README section 3,
-    ``formulations/allocation.md``, "Unserved demand").
+    ``formulations/allocation.md``, "Unserved demand"). ``routing`` (default ``"plan"``): a class
+    served by several groups has its requests split over them in the proportions of the plan's
+    rates (``rate_rps`` of its rows; equal shares where the plan gives none), each then to the best
+    vPod of its group, so the replay runs the split the plan accounts; ``"load"``: each request to
+    the best vPod of all the class's groups, whatever the plan's split (README section 2).
     """
 
     create_delay_s: float = DEFAULT_CREATE_DELAY_S
@@ -85,6 +91,7 @@ class ReplayOptions:
     slo_rtol: float = 1e-9
     idle_fleet_power: bool = False
     admission: str = "all"
+    routing: str = "plan"
 
     def __post_init__(self) -> None:
         if not (self.create_delay_s >= 0 and math.isfinite(self.create_delay_s)):
@@ -93,6 +100,8 @@ class ReplayOptions:
             raise InputError(
                 f"admission must be one of {', '.join(ADMISSIONS)}, got {self.admission!r}", where="replay"
             )
+        if self.routing not in ROUTINGS:
+            raise InputError(f"routing must be one of {', '.join(ROUTINGS)}, got {self.routing!r}", where="replay")
 
 
 @dataclass(frozen=True)
@@ -254,7 +263,13 @@ def _schedule(plan: Plan, codes: dict[str, int]) -> list[list[EpochGroup]]:
     sched: list[list[EpochGroup]] = [[] for _ in range(plan.n_epochs)]
     for r in plan.groups.itertuples(index=False):
         sched[int(r.epoch)].append(
-            EpochGroup(str(r.vpod_group), int(r.type_index), int(r.n_vpods), tuple(codes[b] for b in r.buckets))
+            EpochGroup(
+                str(r.vpod_group),
+                int(r.type_index),
+                int(r.n_vpods),
+                tuple(codes[b] for b in r.buckets),
+                tuple(float(x) for x in r.rates),
+            )
         )
     return sched
 
@@ -318,6 +333,7 @@ def replay(
         opts.create_delay_s,
         opts.warm_start,
         on_epoch=progress,
+        routing=opts.routing,
     )
     if not keep.all():
         res = _expand(res, keep)
@@ -611,6 +627,7 @@ def _account(
             "slo_rtol": opts.slo_rtol,
             "idle_fleet_power": opts.idle_fleet_power,
             "admission": opts.admission,
+            "routing": opts.routing,
         },
         "units": {
             "energy_j": "J at the facility (PUE applied)",
