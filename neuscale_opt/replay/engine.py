@@ -99,6 +99,10 @@ class _Vpod:
         self.fixed_j = 0.0  # J of weight streaming of the batched steps (E2; already in energy_j)
 
 
+#: routing key of a vPod: prompts waiting x WAITING + sequences per slot (at most 1)
+WAITING = 1e6
+
+
 class _Group:
     __slots__ = ("key", "type_index", "tab", "inv_slots", "live", "ready", "draining", "buckets", "phase", "planned")
 
@@ -166,7 +170,8 @@ def run(
     ``on_epoch(1)`` (e.g. a progress bar's ``update``) is called as each epoch boundary is reached.
     ``routing``: ``"plan"`` splits each class's requests over its groups in the proportions of the
     planned rates (smooth weighted round-robin over the groups with a ready vPod, then the best vPod
-    of the chosen group); ``"load"`` sends each to the best vPod of all its groups."""
+    of the chosen group; spilling over to another group's vPod without a waiting prompt when every
+    vPod of the chosen group has one); ``"load"`` sends each to the best vPod of all its groups."""
     n_req = len(arrival)
     nan = math.nan
     start = [nan] * n_req
@@ -302,37 +307,48 @@ def run(
                 te = v.t0 + m * v.tau
                 push(heap, (te if te > t else t, seq, v.vid, v.ver, K_DECODE))
 
-    def best_vpod(b: int, routes: list[list[_Group]] = route) -> _Vpod | None:
+    def best_in(gs) -> tuple[_Vpod | None, float]:
+        """The vPod of groups ``gs`` with the fewest prompts waiting (queued or prefilling: a prompt
+        routed behind others waits for their prefills), then the fewest sequences per slot."""
         best = None
         best_key = math.inf
-        gs = routes[b]
-        if split and len(gs) > 1:
-            # the group whose credit is largest among those with a ready vPod, credits raised by
-            # their planned rates (scaled by the share of the group's planned vPods that is ready:
-            # vPods still being created take no share) and the chosen one lowered by their sum
-            # (nginx's smooth weighted round-robin)
-            ws, cr = weight[id(routes)][b], credit[id(routes)][b]
-            pick, total = -1, 0.0
-            for i, g in enumerate(gs):
-                if g.ready:
-                    w = ws[i] * min(len(g.ready) / g.planned, 1.0) if g.planned > 0 else ws[i]
-                    cr[i] += w
-                    total += w
-                    if pick < 0 or cr[i] > cr[pick]:
-                        pick = i
-            if pick < 0:
-                return None
-            cr[pick] -= total
-            gs = (gs[pick],)
         for g in gs:
             inv = g.inv_slots
             for v in g.ready:
-                # prompts waiting here first (a prompt routed behind others waits for their
-                # prefills), then the sequences it holds per slot
-                key = (len(v.queue) + (v.state == PREFILLING)) * 1e6 + v.load * inv
+                key = (len(v.queue) + (v.state == PREFILLING)) * WAITING + v.load * inv
                 if key < best_key:
                     best, best_key = v, key
-        return best
+        return best, best_key
+
+    def best_vpod(b: int, routes: list[list[_Group]] = route) -> _Vpod | None:
+        gs = routes[b]
+        if not (split and len(gs) > 1):
+            return best_in(gs)[0]
+        # the group whose credit is largest among those with a ready vPod, credits raised by their
+        # planned rates (scaled by the share of the group's planned vPods that is ready: vPods
+        # still being created take no share) and the chosen one lowered by their sum (nginx's
+        # smooth weighted round-robin)
+        ws, cr = weight[id(routes)][b], credit[id(routes)][b]
+        pick, total = -1, 0.0
+        for i, g in enumerate(gs):
+            if g.ready:
+                w = ws[i] * min(len(g.ready) / g.planned, 1.0) if g.planned > 0 else ws[i]
+                cr[i] += w
+                total += w
+                if pick < 0 or cr[i] > cr[pick]:
+                    pick = i
+        if pick < 0:
+            return None
+        cr[pick] -= total
+        v, key = best_in((gs[pick],))
+        if key >= WAITING:  # every vPod of the chosen group has a prompt waiting: spill over to one without
+            other, other_key = best_in(gs)
+            if other_key < WAITING:
+                j = gs.index(other.group)
+                cr[pick] += total
+                cr[j] -= total
+                return other
+        return v
 
     def route_one(rid: int, t: float) -> None:
         v = best_vpod(bucket[rid])

@@ -82,7 +82,8 @@ class ReplayOptions:
     ``formulations/allocation.md``, "Unserved demand"). ``routing`` (default ``"plan"``): a class
     served by several groups has its requests split over them in the proportions of the plan's
     rates (``rate_rps`` of its rows; equal shares where the plan gives none), each then to the best
-    vPod of its group, so the replay runs the split the plan accounts; ``"load"``: each request to
+    vPod of its group (spilling over to another group only when every vPod of the chosen one has a
+    prompt waiting), so the replay runs the split the plan accounts; ``"load"``: each request to
     the best vPod of all the class's groups, whatever the plan's split (README section 2).
     """
 

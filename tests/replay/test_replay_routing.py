@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from replay_builders import plan_of, poisson_trace, row, tiny_instance
+from replay_builders import plan_of, poisson_trace, row, tiny_instance, trace_of
 
 from neuscale_opt.errors import InputError
 from neuscale_opt.replay import ReplayOptions, replay
@@ -63,3 +63,13 @@ def test_vpods_still_being_created_take_no_share():
 def test_unknown_routing_is_refused():
     with pytest.raises(InputError, match="routing must be one of plan, load"):
         ReplayOptions(routing="random")
+
+
+def test_a_burst_spills_over_to_a_group_without_waiting_prompts():
+    # all planned on v6e (weights 1 : 0), but two prompts at once: the first takes the v6e vPod, the
+    # second would wait behind its prefill there, so it goes to the idle v5e vPod (strictly by the
+    # split it would wait)
+    plan = _two_groups(1.0, 0.0)
+    trace = trace_of([(0.0, 2048, 4, "a")] * 2)
+    res = replay(plan, INST, trace)
+    assert _served_on(res, "tpu-v6e") == 1 and _served_on(res, "tpu-v5e") == 1
