@@ -185,7 +185,15 @@ def _num(x: float, f: str = ".3g") -> str:
     return format(x, f) if math.isfinite(x) else "n/a"
 
 
+#: significant digits kept before ranking: sums of the same chip-hours in another order differ in
+#: the last bits (965.4400000000002 vs 965.44 USD), which would break ties at random
+RANK_DIGITS = 9
+
+
 def _rho(a: list[float], b: list[float]) -> float:
+    """Spearman's rank correlation of ``a`` and ``b``, each rounded to :data:`RANK_DIGITS`
+    significant digits first (equal plans tie on both sides)."""
+    a, b = ([float(f"{x:.{RANK_DIGITS}g}") for x in v] for v in (a, b))
     if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
         return math.nan
     return float(spearmanr(a, b).statistic)
