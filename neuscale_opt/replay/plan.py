@@ -62,6 +62,7 @@ class VpodType:
     ep: int
     batch: int
     phase: str
+    attn_dp: bool = False  # MLA data-parallel attention (roofline R5b; ``:dpa`` in the type key)
 
     @property
     def chips(self) -> int:
@@ -76,7 +77,8 @@ class VpodType:
     def key(self) -> str:
         """Same key format as ``candidates.evaluate_grid`` (``vpod_type`` column)."""
         shape = "x".join(str(s) for s in self.shape)
-        return f"{self.chip}:{shape}:tp{self.tp}pp{self.pp}ep{self.ep}:b{self.batch}:{self.phase}"
+        dpa = ":dpa" if self.attn_dp else ""
+        return f"{self.chip}:{shape}:tp{self.tp}pp{self.pp}ep{self.ep}{dpa}:b{self.batch}:{self.phase}"
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,13 @@ def _shape_allowed(chip_name: str, shape: tuple[int, ...]) -> bool:
     return False
 
 
+def inst_is_mla(inst: Instance) -> bool:
+    """The instance's model uses multi-head latent attention (the only one with the :dpa layout)."""
+    from neuscale_opt.candidates import effective_model
+
+    return bool(effective_model(inst).is_mla)
+
+
 def instance_bucket_names(inst: Instance) -> list[str]:
     """Class names of the instance: explicit classes, or the buckets of its bucket spec."""
     if inst.workload.classes:
@@ -181,6 +190,10 @@ def _check_row(i: int, r: Any, inst: Instance, buckets: set[str]) -> tuple[list[
         probs.append(f"{at}.shape: {r['shape']} is not a slice shape of {r['chip']}")
     if row["ep"] not in (1, row["tp"]):
         probs.append(f"{at}.ep: {row['ep']} must be 1 or tp ({row['tp']})")
+    # the planner names the MLA data-parallel attention layout in the type key (candidates.Kind.key)
+    row["attn_dp"] = ":dpa:" in str(r.get("vpod_type") or "")
+    if row["attn_dp"] and not (inst_is_mla(inst) and row["ep"] == row["tp"] > 1):
+        probs.append(f"{at}.vpod_type: the :dpa layout needs an MLA model and ep = tp > 1, got {r['vpod_type']!r}")
     row["shape_t"] = shape
     row["bucket"] = str(r["bucket"])
     return probs, row
@@ -239,7 +252,9 @@ def load_plan(
     # (epoch, group) -> (type, n, first row, buckets)
     groups: dict[tuple[int, str], dict] = {}
     for row in rows:
-        vt = VpodType(row["chip"], row["shape_t"], row["tp"], row["pp"], row["ep"], row["batch"], row["phase"])
+        vt = VpodType(
+            row["chip"], row["shape_t"], row["tp"], row["pp"], row["ep"], row["batch"], row["phase"], row["attn_dp"]
+        )
         if vt not in type_index:
             type_index[vt] = len(types)
             types.append(vt)
@@ -325,7 +340,7 @@ def load_plan(
             "rates",
         ],
     )
-    rdf = pd.DataFrame([{k: v for k, v in r.items() if k not in ("shape_t", "_row")} for r in rows])
+    rdf = pd.DataFrame([{k: v for k, v in r.items() if k not in ("shape_t", "_row", "attn_dp")} for r in rows])
     meta = {k: data[k] for k in ("status", "method", "objective", "variant", "serving") if k in data}
     return Plan(rows=rdf, groups=gdf, types=tuple(types), n_epochs=n_epochs, source=where, meta=meta, unserved=unserved)
 

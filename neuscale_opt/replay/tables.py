@@ -131,13 +131,14 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
     ctx = chip_context(inst, vt.chip)
     hw = for_slice(ctx.hw, get_chip(vt.chip), vt.shape, vt.tp)
     tp, pp, ep = float(vt.tp), float(vt.pp), float(vt.ep)
+    dpa = bool(vt.attn_dp)
 
     n = np.arange(1, vt.slots + 1, dtype=np.float64)
     b = np.ceil(n / pp)
     q = np.ceil(n / b)
     nodes = vpod_nodes(get_chip(vt.chip), vt.tp * vt.pp)
-    lo = step_cost(model, hw, tp, pp, ep, b, 1.0, 0.0, nodes=nodes)
-    hi = step_cost(model, hw, tp, pp, ep, b, 1.0, P_PROBE, nodes=nodes)
+    lo = step_cost(model, hw, tp, pp, ep, b, 1.0, 0.0, nodes=nodes, attn_dp=dpa)
+    hi = step_cost(model, hw, tp, pp, ep, b, 1.0, P_PROBE, nodes=nodes, attn_dp=dpa)
 
     def pad(a: np.ndarray) -> list[float]:
         return [math.nan, *np.broadcast_to(np.asarray(a, dtype=np.float64), n.shape).tolist()]
@@ -147,19 +148,19 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
     # the intercept does not depend on the context), and the routed experts each micro-batch of b
     # sequences touches (MoE)
     b_probe = float(max(vt.batch, 2))
-    d1 = step_cost(model, hw, tp, pp, ep, 1.0, 1.0, 0.0, nodes=nodes)
-    d2 = step_cost(model, hw, tp, pp, ep, b_probe, 1.0, 0.0, nodes=nodes)
+    d1 = step_cost(model, hw, tp, pp, ep, 1.0, 1.0, 0.0, nodes=nodes, attn_dp=dpa)
+    d2 = step_cost(model, hw, tp, pp, ep, b_probe, 1.0, 0.0, nodes=nodes, attn_dp=dpa)
     routed, miss = float(d1.routed_j), float(routed_miss_per_seq(model, 1.0))
     w_fixed = float(fixed_step_energy_j(d1.energy_dyn_j, d2.energy_dyn_j, 1.0, b_probe, routed, miss))
     w_round = q * weight_step_energy_j(w_fixed, routed, miss, b)
     s = np.arange(0, max(int(max_input), 0) + 1, dtype=np.float64)
-    pre = step_cost(model, hw, tp, pp, ep, 1.0, s, 0.0, nodes=nodes)
+    pre = step_cost(model, hw, tp, pp, ep, 1.0, s, 0.0, nodes=nodes, attn_dp=dpa)
     chips = float(vt.chips)
     dcn_pj = inst.energy.dcn_pj_per_byte
     batched: dict = {}
     if vt.phase == "prefill":
         tok = np.arange(0, vt.batch * max(int(max_input), 0) + 1, dtype=np.float64)
-        one = step_cost(model, hw, tp, pp, ep, 1.0, tok, 0.0, nodes=nodes)
+        one = step_cost(model, hw, tp, pp, ep, 1.0, tok, 0.0, nodes=nodes, attn_dp=dpa)
         a_pair = float(model.n_layers) * float(model.attn_flops_per_pair_per_layer)
 
         def full(a: np.ndarray) -> list[float]:
@@ -188,7 +189,7 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
         pre_lat=np.broadcast_to(pre.latency_s, s.shape).tolist(),
         pre_energy=np.broadcast_to(pre.energy_dyn_j, s.shape).tolist(),
         fixed_j=pad(w_round),
-        pre_fixed_j=_prefill_fixed_j(model, hw, tp, pp, ep, nodes, vt, max_input),
+        pre_fixed_j=_prefill_fixed_j(model, hw, tp, pp, ep, nodes, vt, max_input, dpa),
         static_w=chips * float(ctx.hw.static_w),
         price_usd_per_hour=chips * ctx.price_usd_per_chip_hour,
         embodied_kg_per_hour=chips * ctx.embodied_kg_per_chip_hour,
@@ -201,7 +202,9 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
     )
 
 
-def _prefill_fixed_j(model, hw, tp: float, pp: float, ep: float, nodes: int, vt: VpodType, max_input: int) -> float:
+def _prefill_fixed_j(
+    model, hw, tp: float, pp: float, ep: float, nodes: int, vt: VpodType, max_input: int, dpa: bool = False
+) -> float:
     """Weight streaming of one batched prefill step (E4 between batches 1 and max(batch, 2) at the
     trace's longest prompt; the intercept does not depend on the prompt for dense models), 0 for
     colocated and decode types: their prefill is batch 1 and charged per request."""
@@ -209,8 +212,8 @@ def _prefill_fixed_j(model, hw, tp: float, pp: float, ep: float, nodes: int, vt:
         return 0.0
     b = float(max(vt.batch, 2))
     s_in = float(max(max_input, 1))
-    one = step_cost(model, hw, tp, pp, ep, 1.0, s_in, 0.0, nodes=nodes)
-    eb = step_cost(model, hw, tp, pp, ep, b, s_in, 0.0, nodes=nodes).energy_dyn_j
+    one = step_cost(model, hw, tp, pp, ep, 1.0, s_in, 0.0, nodes=nodes, attn_dp=dpa)
+    eb = step_cost(model, hw, tp, pp, ep, b, s_in, 0.0, nodes=nodes, attn_dp=dpa).energy_dyn_j
     routed, miss = float(one.routed_j), float(routed_miss_per_seq(model, s_in))
     fixed = fixed_step_energy_j(one.energy_dyn_j, eb, 1.0, b, routed, miss)
     return float(weight_step_energy_j(fixed, routed, miss, b))

@@ -137,3 +137,9 @@ def test_all_problems_in_one_line():
     e = refused([row(0, "zz", -1, chip="tpu-v9"), row(1, "b", 1)], r"chip: unknown chip")
     msg = str(e)
     assert "bucket: unknown class" in msg and "n_vpods: negative" in msg
+
+
+def test_data_parallel_attention_needs_an_mla_model():
+    # Llama-3-8B has no latent attention: a ":dpa" type cannot be run as named
+    dpa = row(0, "a", 1, shape="2x2", chips_per_vpod=4, tp=4, ep=4, vpod_type="tpu-v6e:2x2:tp4pp1ep4:dpa:b2:colocated")
+    refused([dpa, row(1, "b", 1)], r"allocations\[0\]\.vpod_type: the :dpa layout needs an MLA model and ep = tp > 1")

@@ -17,6 +17,9 @@ CASES = [
     ("Llama-3-70B", VpodType("tpu-v5p", (2, 2, 4), 16, 1, 1, 64, "colocated")),
     ("Llama-3-70B", VpodType("tpu-v5e", (4, 4), 8, 2, 1, 8, "colocated")),  # pipeline: 2 micro-batches
     ("Mixtral-8x7B", VpodType("tpu-v6e", (2, 4), 8, 1, 8, 32, "colocated")),  # MoE, expert parallel
+    # MLA: tensor-parallel heads, and data-parallel attention (R5b, the planner's ":dpa" types)
+    ("DeepSeek-V3-671B", VpodType("tpu-v5p", (2, 2, 4), 16, 1, 16, 64, "colocated")),
+    ("DeepSeek-V3-671B", VpodType("tpu-v5p", (2, 2, 4), 16, 1, 16, 64, "colocated", attn_dp=True)),
 ]
 
 
@@ -46,12 +49,12 @@ def test_decode_and_prefill_equal_step_cost(model, vt):
         b = -(-n // vt.pp)  # sequences per micro-batch
         q = -(-n // b)  # micro-batches
         for p in ctxs:
-            ref = step_cost(m, hw, vt.tp, vt.pp, vt.ep, float(b), 1.0, p)
+            ref = step_cost(m, hw, vt.tp, vt.pp, vt.ep, float(b), 1.0, p, attn_dp=vt.attn_dp)
             t, e = tab.decode_step(n, p)
             assert t == pytest.approx(float(ref.latency_s), rel=1e-9)
             assert e == pytest.approx(q * float(ref.energy_dyn_j), rel=1e-9)
     s = np.array([0, 1, 17, 512, 4999])
-    ref = step_cost(m, hw, vt.tp, vt.pp, vt.ep, 1.0, s.astype(float), 0.0)
+    ref = step_cost(m, hw, vt.tp, vt.pp, vt.ep, 1.0, s.astype(float), 0.0, attn_dp=vt.attn_dp)
     np.testing.assert_allclose(np.array(tab.pre_lat)[s], ref.latency_s, rtol=1e-12)
     np.testing.assert_allclose(np.array(tab.pre_stall)[s], ref.t_stage_s, rtol=1e-12)
     np.testing.assert_allclose(np.array(tab.pre_energy)[s], ref.energy_dyn_j, rtol=1e-12)
@@ -72,3 +75,13 @@ def test_decode_crosses_roofs_exactly():
         ref = step_cost(effective_model(inst), chip_context(inst, "tpu-v6e").hw, 1, 1, 1, float(n), 1.0, p)
         assert tab.decode_step(n, p)[0] == pytest.approx(float(ref.latency_s), rel=1e-9)
     assert bounds == {"compute", "hbm"}
+
+
+def test_data_parallel_attention_is_its_own_vpod_type():
+    # the replay runs a ":dpa" type with the layout it names: every chip streams the whole attention
+    # weights (replicated), so a round streams more weights than with tensor-parallel heads
+    inst = _instance("DeepSeek-V3-671B", "tpu-v5p")
+    heads, dpa = (VpodType("tpu-v5p", (2, 2, 4), 16, 1, 16, 64, "colocated", attn_dp=a) for a in (False, True))
+    assert dpa.key == "tpu-v5p:2x2x4:tp16pp1ep16:dpa:b64:colocated" and heads.key.count(":dpa") == 0
+    t_heads, t_dpa = build_table(inst, heads, max_input=10), build_table(inst, dpa, max_input=10)
+    assert t_dpa.fixed_j[1] > t_heads.fixed_j[1] > 0
