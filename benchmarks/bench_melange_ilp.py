@@ -77,8 +77,9 @@ yet "never slower".
 2026-12-02 15:27-15:30 UTC (``5da801c``, load 0.9-1.1), three runs (``--repeat 5``, ``7``, ``7``),
 CBC / ours per run: S = 1 1.1x, 1.2x, 1.2x (ours 11.9-14.5 ms, CBC 13.0-17.0 ms), S = 2 1.2-1.5x,
 S = 4 1.7-2.2x, S = 8 3.4-4.2x, 10 x 10 x 8 10.3-10.7x (ours 42-48 ms, CBC 0.44-0.51 s); every
-row "optimum ok, speed ok" in all three. No change to the planning code since the runs above, so
-this says how much the 0.9-1.0x of those runs owed to the machine's load, not a gain.
+row "optimum ok, speed ok" in all three. Since the runs above the collector is paused over the
+whole epoch plan (``1fb773f``: the young-generation collection of 0.7-2 ms above; 1.1-1.3x against
+1.0x then, in 15 interleaved runs each); the rest of the step from 21-26 ms is the machine's load.
 """
 
 from __future__ import annotations
