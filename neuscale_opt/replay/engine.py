@@ -119,6 +119,28 @@ class _Group:
         self.planned = 0  # vPods the plan gives the group in the current epoch
 
 
+class _Lanes:
+    """The groups serving each class in the current epoch, with the class's planned rate on each
+    (the split's weights) and the smooth weighted round-robin's credits (``routing = "plan"``)."""
+
+    __slots__ = ("groups", "weight", "credit")
+
+    def __init__(self, n_buckets: int) -> None:
+        self.groups: list[list[_Group]] = [[] for _ in range(n_buckets)]
+        self.weight: list[list[float]] = [[] for _ in range(n_buckets)]
+        self.credit: list[list[float]] = [[] for _ in range(n_buckets)]
+
+    def clear(self) -> None:
+        for lists in (self.groups, self.weight, self.credit):
+            for x in lists:
+                x.clear()
+
+    def add(self, b: int, g: _Group, weight: float) -> None:
+        self.groups[b].append(g)
+        self.weight[b].append(weight)
+        self.credit[b].append(0.0)
+
+
 @dataclass(frozen=True)
 class EpochGroup:
     """One group of one epoch, as the engine reads it."""
@@ -185,19 +207,9 @@ def run(
     seq = 0
     vpods: list[_Vpod] = []
     groups: dict[str, _Group] = {}
-    route: list[list[_Group]] = [[] for _ in range(n_buckets)]  # colocated / prefill groups
-    droute: list[list[_Group]] = [[] for _ in range(n_buckets)]  # decode groups
-    # planned split of each class over its groups (same order as route / droute) and the credits of
-    # the smooth weighted round-robin (routing = "plan")
+    route = _Lanes(n_buckets)  # colocated / prefill groups of each class
+    droute = _Lanes(n_buckets)  # decode groups
     split = routing == "plan"
-    weight: dict[int, list[list[float]]] = {
-        id(route): [[] for _ in range(n_buckets)],
-        id(droute): [[] for _ in range(n_buckets)],
-    }
-    credit: dict[int, list[list[float]]] = {
-        id(route): [[] for _ in range(n_buckets)],
-        id(droute): [[] for _ in range(n_buckets)],
-    }
     pending: list[deque[int]] = [deque() for _ in range(n_buckets)]
     dpending: list[deque[int]] = [deque() for _ in range(n_buckets)]  # prefilled, waiting for a decode vPod
     push = heapq.heappush
@@ -320,15 +332,15 @@ def run(
                     best, best_key = v, key
         return best, best_key
 
-    def best_vpod(b: int, routes: list[list[_Group]] = route) -> _Vpod | None:
-        gs = routes[b]
+    def best_vpod(b: int, lanes: _Lanes = route) -> _Vpod | None:
+        gs = lanes.groups[b]
         if not (split and len(gs) > 1):
             return best_in(gs)[0]
         # the group whose credit is largest among those with a ready vPod, credits raised by their
         # planned rates (scaled by the share of the group's planned vPods that is ready: vPods
         # still being created take no share) and the chosen one lowered by their sum (nginx's
         # smooth weighted round-robin)
-        ws, cr = weight[id(routes)][b], credit[id(routes)][b]
+        ws, cr = lanes.weight[b], lanes.credit[b]
         pick, total = -1, 0.0
         for i, g in enumerate(gs):
             if g.ready:
@@ -470,19 +482,14 @@ def run(
             g.buckets = eg.buckets
             g.planned = eg.n_vpods
             resize(g, eg.n_vpods, t, ready_now)
-        for routes in (route, droute):
-            for b in range(n_buckets):
-                routes[b].clear()
-                weight[id(routes)][b].clear()
-                credit[id(routes)][b].clear()
+        route.clear()
+        droute.clear()
         for eg in target:
             g = groups[eg.key]
-            routes = droute if g.phase == PH_DECODE else route
+            lanes = droute if g.phase == PH_DECODE else route
             rates = eg.rates or (math.nan,) * len(eg.buckets)
             for b, r in zip(eg.buckets, rates, strict=True):
-                routes[b].append(g)
-                weight[id(routes)][b].append(r if r == r and r >= 0.0 else 1.0)  # no rate given: equal shares
-                credit[id(routes)][b].append(0.0)
+                lanes.add(b, g, r if r == r and r >= 0.0 else 1.0)  # no rate given: equal shares
         drain_pending(range(n_buckets), t)
         drain_dpending(range(n_buckets), t)
         for g in groups.values():

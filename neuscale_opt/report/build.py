@@ -993,8 +993,9 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
             "peak rate); the replay runs the trace's requests one by one through the plan's vPods (30-s "
             "creation delay; a class served by several vPod groups is split over them as the plan's rates "
             "say, spilling over only past a group whose every vPod has a prompt waiting), so it holds the "
-            "vPods only while they exist and counts what was actually served. Tokens per joule differ by definition: planned = input + output tokens of the mean "
-            "demand per joule; replayed = output tokens of served requests per joule."
+            "vPods only while they exist and counts what was actually served. Tokens per joule differ by "
+            "definition: planned = input + output tokens of the mean demand per joule; replayed = output "
+            "tokens of served requests per joule."
         )
     if rolling and eps:
         tables.append(
