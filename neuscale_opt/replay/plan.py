@@ -145,13 +145,6 @@ def _shape_allowed(chip_name: str, shape: tuple[int, ...]) -> bool:
     return False
 
 
-def inst_is_mla(inst: Instance) -> bool:
-    """The instance's model uses multi-head latent attention (the only one with the :dpa layout)."""
-    from neuscale_opt.candidates import effective_model
-
-    return bool(effective_model(inst).is_mla)
-
-
 def instance_bucket_names(inst: Instance) -> list[str]:
     """Class names of the instance: explicit classes, or the buckets of its bucket spec."""
     if inst.workload.classes:
@@ -161,7 +154,7 @@ def instance_bucket_names(inst: Instance) -> list[str]:
     return list(bucket_names(inst.workload.buckets or DEFAULT_BUCKETS))
 
 
-def _check_row(i: int, r: Any, inst: Instance, buckets: set[str]) -> tuple[list[str], dict | None]:
+def _check_row(i: int, r: Any, inst: Instance, buckets: set[str], mla: bool) -> tuple[list[str], dict | None]:
     at = f"allocations[{i}]"
     if not isinstance(r, dict):
         return [f"{at}: not an object"], None
@@ -192,7 +185,7 @@ def _check_row(i: int, r: Any, inst: Instance, buckets: set[str]) -> tuple[list[
         probs.append(f"{at}.ep: {row['ep']} must be 1 or tp ({row['tp']})")
     # the planner names the MLA data-parallel attention layout in the type key (candidates.Kind.key)
     row["attn_dp"] = ":dpa:" in str(r.get("vpod_type") or "")
-    if row["attn_dp"] and not (inst_is_mla(inst) and row["ep"] == row["tp"] > 1):
+    if row["attn_dp"] and not (mla and row["ep"] == row["tp"] > 1):
         probs.append(f"{at}.vpod_type: the :dpa layout needs an MLA model and ep = tp > 1, got {r['vpod_type']!r}")
     row["shape_t"] = shape
     row["bucket"] = str(r["bucket"])
@@ -232,8 +225,11 @@ def load_plan(
     buckets = set(instance_bucket_names(instance))
     problems: list[str] = []
     rows: list[dict] = []
+    from neuscale_opt.candidates import effective_model
+
+    mla = bool(effective_model(instance).is_mla)  # the :dpa layout is MLA's (roofline R5b)
     for i, r in enumerate(allocs):
-        p, row = _check_row(i, r, instance, buckets)
+        p, row = _check_row(i, r, instance, buckets, mla)
         problems.extend(p)
         if row is not None and not p:
             row["_row"] = i
