@@ -12,7 +12,7 @@ from neuscale_opt import cli
 from neuscale_opt.candidates import build_coefficients
 from neuscale_opt.cli.replay import HEADLINE
 from neuscale_opt.instance import load_instance
-from neuscale_opt.replay import replay, simple_plan
+from neuscale_opt.replay import ReplayOptions, replay, simple_plan
 
 REQUIRED = (
     "slo_attainment",
@@ -136,3 +136,19 @@ def test_admission_plan_rejects_the_unserved_share(run_cli, plan_file, tmp_path)
     assert int(values["rejected"]) == n - n // 2  # floor(n / 2) of the n arrivals admitted
     _, out_all, _ = run_cli("replay", str(f), "--instance", str(DEFAULT_INSTANCE))
     assert "rejected" not in dict(line.split() for line in out_all.splitlines())  # default: every arrival
+
+
+def test_routing_flag_reaches_the_replay(run_cli, plan_file):
+    plan = json.loads(open(plan_file, encoding="utf-8").read())
+    inst = load_instance(DEFAULT_INSTANCE)
+    for routing in ("plan", "load"):
+        code, out, err = run_cli(
+            "replay", plan_file, "--instance", str(DEFAULT_INSTANCE), "--routing", routing, "--json", "-"
+        )
+        assert code == 0, err
+        data = json.loads(out)
+        assert data["meta"]["options"]["routing"] == routing
+        lib = replay(plan, inst, options=ReplayOptions(routing=routing)).totals
+        assert data["energy_j"] == pytest.approx(lib["energy_j"], rel=1e-12)
+    code, _, err = run_cli("replay", plan_file, "--instance", str(DEFAULT_INSTANCE), "--routing", "random")
+    assert code == 2 and "invalid choice" in err
