@@ -83,3 +83,30 @@ def test_plan_that_does_not_match_the_instance_is_refused(setup):
     too_many = {**plan, "allocations": [{**plan["allocations"][0], "n_vpods": 1000}] + plan["allocations"][1:]}
     with pytest.raises(InputError, match="chips"):
         load_plan(too_many, inst, trace)
+
+
+@pytest.mark.parametrize(
+    ("rates", "seed"),
+    [({"a": 400.0, "b": 100.0}, 3), ({"a": 50.0, "b": 200.0}, 4), ({"a": 150.0, "b": 30.0}, 5)],
+    ids=["a-heavy", "b-heavy", "small"],
+)
+def test_no_baseline_beats_the_milp_on_its_own_objective_when_replayed(rates, seed):
+    # three small scenarios (3 epochs of 60 s, Poisson arrivals): replayed, neither auto-scaler
+    # spends less energy than the energy plan, nor money than the cost plan, at an equal or higher
+    # SLO attainment
+    inst = tiny_instance(rates, epochs=3, length_s=EPOCH_S, horizon={"window": 2})
+    coeffs = build_coefficients(inst)
+    lengths = coeffs.buckets.set_index("bucket")
+    spec = {b: (r, int(lengths.loc[b, "input_tokens"]), int(lengths.loc[b, "output_tokens"])) for b, r in rates.items()}
+    trace = poisson_trace(spec, 3 * EPOCH_S, seed=seed)
+    for objective, metric in (("energy", "energy_j"), ("cost", "cost_usd")):
+        opts = PlanOptions.from_instance(inst, objective=objective)
+        got = {
+            m: replay(plan_horizon(inst, m, coeffs=coeffs, options=opts).to_dict(), inst, trace, coeffs=coeffs).totals
+            for m in ("milp", "neuscale-autoscaler", "homogeneous-autoscaler")
+        }
+        milp = got.pop("milp")
+        assert milp["slo_attainment"] >= 0.99
+        for method, t in got.items():
+            better = t[metric] < milp[metric] and t["slo_attainment"] >= milp["slo_attainment"]
+            assert not better, f"{method} beats the {objective} plan: {t[metric]:.6g} < {milp[metric]:.6g}"
