@@ -89,9 +89,9 @@ def weight_step_energy_j(fixed_j, routed_j, miss_per_seq, batch):
 def _routed(configs: pd.DataFrame) -> tuple[np.ndarray | float, np.ndarray | float, np.ndarray | float]:
     """(``step_routed_energy_j``, ``step_routed_s``, ``routed_miss_per_seq``) of the rows; (0, 0, 1)
     for tables without them."""
-    if not all(c in configs for c in ROUTED_COLUMNS):
-        return 0.0, 0.0, 1.0
     defaults = (0.0, 0.0, 1.0)
+    if not all(c in configs for c in ROUTED_COLUMNS):
+        return defaults
     r, t, q = (np.nan_to_num(floats(configs, c), nan=v) for c, v in zip(ROUTED_COLUMNS, defaults, strict=True))
     return r, t, q
 

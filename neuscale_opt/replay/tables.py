@@ -189,7 +189,7 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
         pre_lat=np.broadcast_to(pre.latency_s, s.shape).tolist(),
         pre_energy=np.broadcast_to(pre.energy_dyn_j, s.shape).tolist(),
         fixed_j=pad(w_round),
-        pre_fixed_j=_prefill_fixed_j(model, hw, tp, pp, ep, nodes, vt, max_input, dpa),
+        pre_fixed_j=_prefill_fixed_j(model, hw, tp, pp, ep, nodes, vt, max_input),
         static_w=chips * float(ctx.hw.static_w),
         price_usd_per_hour=chips * ctx.price_usd_per_chip_hour,
         embodied_kg_per_hour=chips * ctx.embodied_kg_per_chip_hour,
@@ -202,9 +202,7 @@ def build_table(inst: Instance, vt: VpodType, max_input: int) -> StepTable:
     )
 
 
-def _prefill_fixed_j(
-    model, hw, tp: float, pp: float, ep: float, nodes: int, vt: VpodType, max_input: int, dpa: bool = False
-) -> float:
+def _prefill_fixed_j(model, hw, tp: float, pp: float, ep: float, nodes: int, vt: VpodType, max_input: int) -> float:
     """Weight streaming of one batched prefill step (E4 between batches 1 and max(batch, 2) at the
     trace's longest prompt; the intercept does not depend on the prompt for dense models), 0 for
     colocated and decode types: their prefill is batch 1 and charged per request."""
@@ -212,8 +210,8 @@ def _prefill_fixed_j(
         return 0.0
     b = float(max(vt.batch, 2))
     s_in = float(max(max_input, 1))
-    one = step_cost(model, hw, tp, pp, ep, 1.0, s_in, 0.0, nodes=nodes, attn_dp=dpa)
-    eb = step_cost(model, hw, tp, pp, ep, b, s_in, 0.0, nodes=nodes, attn_dp=dpa).energy_dyn_j
+    one = step_cost(model, hw, tp, pp, ep, 1.0, s_in, 0.0, nodes=nodes, attn_dp=vt.attn_dp)
+    eb = step_cost(model, hw, tp, pp, ep, b, s_in, 0.0, nodes=nodes, attn_dp=vt.attn_dp).energy_dyn_j
     routed, miss = float(one.routed_j), float(routed_miss_per_seq(model, s_in))
     fixed = fixed_step_energy_j(one.energy_dyn_j, eb, 1.0, b, routed, miss)
     return float(weight_step_energy_j(fixed, routed, miss, b))

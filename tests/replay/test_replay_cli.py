@@ -152,3 +152,17 @@ def test_routing_flag_reaches_the_replay(run_cli, plan_file):
         assert data["energy_j"] == pytest.approx(lib["energy_j"], rel=1e-12)
     code, _, err = run_cli("replay", plan_file, "--instance", str(DEFAULT_INSTANCE), "--routing", "random")
     assert code == 2 and "invalid choice" in err
+
+
+def test_cli_choices_are_the_replays_own_lists():
+    # the CLI spells the choices out (it does not import the replay to print --help): they must stay
+    # the library's
+    import argparse
+
+    from neuscale_opt.cli import build_parser
+    from neuscale_opt.replay.simulate import ADMISSIONS, ROUTINGS
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    replay_parser = sub.choices["replay"]
+    opts = {a.dest: a.choices for a in replay_parser._actions if a.choices}
+    assert tuple(opts["routing"]) == ROUTINGS and tuple(opts["admission"]) == ADMISSIONS
