@@ -110,6 +110,20 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
     (a) 9.7 s wall, the windows' solves 7.6 s (the first window 0.4 s instead of 4.1 s), the same
     plan (e3537222...16516a); (d) 26.5 s.
 
+    HiGHS options again, on the 3-epoch windows (2026-12-02 19:00-21:00, load about 1; every MIP
+    a shipped plan hands HiGHS, written with ``writeModel`` and re-solved with its own options;
+    seconds summed over a plan's windows, one seed unless stated). ``mip_allow_restart`` off: the
+    default plan 9.6 -> 7.4 s (median of seeds 0-4; 9.04 -> 6.97 s at seed 0), its cost plan 8.8 ->
+    6.0, the oracle 8.3 -> 7.9, azure-conv 2.2 -> 1.5, horizon/azure-code 1.7 -> 1.2, the same
+    objectives; but ``fleet`` 22.7 -> 25.7 s, and two of its 1 %-gap windows end on other optima.
+    Restarts and RINS/RENS off: the default 9.6 -> 6.0 s (median of five seeds), the same
+    objectives on every other shipped plan, and ``fleet`` not finished in 250 s (its incumbents
+    come from those sub-MIPs). ``user_objective_scale`` -15: 9.6 -> 8.8 s. None is adopted: the
+    one that helps most breaks the fleet-scale instance, the safe one slows it, and a default
+    fitted to one instance is what the targets forbid. Today (load about 1) the default plan's
+    ``solve_seconds`` are 10.1-10.6 s, and (d) 27.3-27.7 s: this host runs the same code about
+    1.3x slower than the runs quoted above (9.7 s and 16.6-17.2 s).
+
 Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
 the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
 """

@@ -422,6 +422,7 @@ def test_all_chips_removed_is_not_feasible(tmp_path):
         sol = plan_horizon(inst, method)
         assert sol.status == "infeasible", method
         assert "unserved in epoch(s) 1, 2" in sol.diagnosis and "\n" not in sol.diagnosis
+        assert "--allow-unserved" in sol.diagnosis and "planning.allow_unserved" in sol.diagnosis
     # allowing unserved demand makes the same schedule a plan
     data["planning"] = {"allow_unserved": True}
     assert plan_horizon(parse_instance(data), "milp").status in ("feasible", "optimal")

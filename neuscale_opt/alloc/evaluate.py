@@ -210,7 +210,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         shown = ", ".join(map(str, short[:8])) + (" ..." if len(short) > 8 else "")
         violations.append(
             f"plan leaves {sum(uns_map.values()):.4g} req/s unserved in epoch(s) {shown} but unserved demand "
-            "is not allowed"
+            "is not allowed (planning.allow_unserved = true, or --allow-unserved, plans what fits)"
         )
     scode, skeys = _codes(epochs_int, texts(rows, "bucket"), texts(rows, "phase"))
     served_sum = np.zeros(len(skeys))
