@@ -340,8 +340,12 @@ def plan_rolling(
     compiled = CompiledWindows()
     actual = actual_demand(coeffs)
     ordinary: set[str] = set()
+    # without coupling the epochs of a window are independent problems and only the first is
+    # committed, so a window is solved as its first epoch alone: the same committed plan, without
+    # the H - 1 copies that only make the search harder (formulations/horizon.md, "Rolling window")
+    step = h if params.coupling else 1
     for i, t in enumerate(epochs):
-        win = epochs[i : i + h]
+        win = epochs[i : i + step]
         dem = forecast_window(coeffs, fc_method, t, win, actual)
         ctx, plans, info, own = solve_with_tail(
             lambda d, win=win, state=state: build_window(

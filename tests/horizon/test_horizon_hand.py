@@ -51,6 +51,18 @@ def test_without_coupling_the_peak_is_served_at_once():
     assert sol.objective_value == pytest.approx(180_000.0, rel=1e-6)
 
 
+@pytest.mark.parametrize("window", [1, 3])
+def test_rolling_without_coupling_plans_each_epoch_alone(window):
+    # no rule links the epochs: each epoch gets ceil(rate / 10 req/s) vPods (1, 5, 2, 3: 11 vPod-epochs
+    # x 30 kJ), whatever the window; the window asked for is reported
+    coeffs = one_class([10.0, 45.0, 20.0, 30.0])
+    sol = plan_rolling(coeffs, OPTS, HorizonParams(coupling=False), "oracle", window=window)
+    assert counts(sol, X) == [1, 5, 2, 3]
+    assert len(sol.unserved) == 0
+    assert sol.objective_value == pytest.approx(11 * 30_000.0, rel=1e-6)
+    assert sol.meta["window"] == window
+
+
 def test_hold_then_halving():
     # K = 600 s / 300 s = 2 epochs. 30 req/s in epoch 0, then nothing: the group keeps the 3 vPods
     # its load needed while epoch 0 is in the last 2 epochs (epochs 1, 2), then halves: 1, then 0.
