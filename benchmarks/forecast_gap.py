@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from headline import ROOT, SLO_SLACK, WINDOW, cases
+from headline import ROOT, SLO_SLACK, WINDOW, cases, variant
 
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.candidates import build_coefficients, instance_trace
@@ -61,9 +61,7 @@ def _variant(base: Instance, name: str, model: str | None = None, rate_scale: fl
         upd["model"] = ModelChoice(name=model)
     if rate_scale is not None:
         upd["workload"] = base.workload.model_copy(update={"rate_scale": rate_scale})
-    inst = base.model_copy(update=upd)
-    inst._path = base.path
-    return inst
+    return variant(base, **upd)
 
 
 def scenarios() -> dict[str, Callable[[], Instance]]:

@@ -97,6 +97,14 @@ class Run:
         return float(self.replay["slo_attainment"])
 
 
+def variant(base: Instance, **update: Any) -> Instance:
+    """``base`` with top-level fields replaced (``model_copy``), still reading its trace and files
+    relative to ``base``'s own path."""
+    inst = base.model_copy(update=update)
+    inst._path = base.path
+    return inst
+
+
 def cases(deepseek: bool, epochs: int | None, provision_for: str | None = None) -> list[Case]:
     out = [
         Case("azure-conv x1", load_instance(ROOT / "instances" / "azure-conv.toml")),
@@ -105,24 +113,21 @@ def cases(deepseek: bool, epochs: int | None, provision_for: str | None = None) 
     ]
     if deepseek:
         base = out[1].instance
-        ds = base.model_copy(update={"name": "deepseek-conv", "model": ModelChoice(name="DeepSeek-V3-671B")})
-        ds._path = base.path
+        ds = variant(base, name="deepseek-conv", model=ModelChoice(name="DeepSeek-V3-671B"))
         out.append(Case("DeepSeek-V3 azure-conv x10", ds))
     if provision_for is not None:
-        sized = []
-        for c in out:
-            w = c.instance.workload.model_copy(update={"provision_for": provision_for})
-            inst = c.instance.model_copy(update={"workload": w})
-            inst._path = c.instance.path
-            sized.append(Case(c.label, inst))
-        out = sized
+        out = [
+            Case(
+                c.label,
+                variant(c.instance, workload=c.instance.workload.model_copy(update={"provision_for": provision_for})),
+            )
+            for c in out
+        ]
     if epochs is not None:
-        trimmed = []
-        for c in out:
-            inst = c.instance.model_copy(update={"epochs": c.instance.epochs.model_copy(update={"horizon": epochs})})
-            inst._path = c.instance.path
-            trimmed.append(Case(c.label, inst))
-        out = trimmed
+        out = [
+            Case(c.label, variant(c.instance, epochs=c.instance.epochs.model_copy(update={"horizon": epochs})))
+            for c in out
+        ]
     return out
 
 
