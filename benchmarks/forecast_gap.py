@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     todo = scenarios()
     only = [s.strip() for s in args.only.split(",")] if args.only else list(todo)
+    unknown = [s for s in only if s not in todo]
+    if unknown:
+        ap.error(f"--only: no scenario {', '.join(map(repr, unknown))} (scenarios: {', '.join(todo)})")
     start = time.perf_counter()
     load0 = os.getloadavg()[0]
     rows: list[dict[str, Any]] = []
