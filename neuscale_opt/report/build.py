@@ -342,7 +342,19 @@ def _plan_why(cset, coeffs, alloc: pd.DataFrame) -> list:
     return _why_rows(coeffs.configs.assign(flops=math.nan, hbm_bytes=math.nan), alloc)
 
 
-def report_figures(
+@dataclass(frozen=True)
+class FigureJob:
+    """One figure of the report still to draw: ``draw(*args)`` (a function of :mod:`plots`, its
+    arguments plain tables and values, so that the job can be drawn in another process) gives the
+    PNG bytes of ``name``."""
+
+    name: str
+    caption: str
+    draw: Any
+    args: tuple
+
+
+def figure_jobs(
     inst,
     cset,
     coeffs,
@@ -350,9 +362,10 @@ def report_figures(
     evaluation,
     placements: pd.DataFrame | None = None,
     pods: list[dict] | None = None,
-) -> Figures:
-    """Every figure of the report of ``solution`` (evaluated as ``evaluation``); none reads a
-    baseline or a replay. The arguments mean what they mean for :func:`build_report`."""
+) -> list[FigureJob]:
+    """The report's figures of ``solution`` (evaluated as ``evaluation``), in report order, as
+    :class:`FigureJob`; none reads a baseline or a replay. The arguments mean what they mean for
+    :func:`build_report`."""
     alloc = solution.allocations
     epochs = list(coeffs.epochs)
     epoch_s = float(coeffs.epoch_s)
@@ -362,43 +375,82 @@ def report_figures(
     phase = "colocated" if solution.options.serving == "colocated" else "decode"
     cpe = chips_per_epoch(alloc, epochs, gens)
     dem = demand_per_epoch(coeffs, solution.to_dict(timing=False))
-    images: dict[str, bytes] = {}
     classes = sorted(str(b) for b in coeffs.buckets["bucket"])
-    images["deployment_over_time.png"] = plots.deployment_over_time(alloc, epochs, epoch_s, classes)
-    images["chips_vs_inventory.png"] = plots.chips_vs_inventory(alloc, epochs, inventory, epoch_s)
-    images["energy_money_per_epoch.png"] = plots.energy_money_per_epoch(by_epoch, epoch_s, dem)
-    captions = [
-        ("deployment_over_time.png", "vPods held per generation (colour) and class (pattern) over the horizon"),
-        ("chips_vs_inventory.png", "Chips held per generation against the healthy inventory (dashed)"),
-        ("energy_money_per_epoch.png", "Energy (kWh), money (USD/h) and demand (req/s) per epoch"),
+    jobs = [
+        FigureJob(
+            "deployment_over_time.png",
+            "vPods held per generation (colour) and class (pattern) over the horizon",
+            plots.deployment_over_time,
+            (alloc, epochs, epoch_s, classes),
+        ),
+        FigureJob(
+            "chips_vs_inventory.png",
+            "Chips held per generation against the healthy inventory (dashed)",
+            plots.chips_vs_inventory,
+            (alloc, epochs, inventory, epoch_s),
+        ),
+        FigureJob(
+            "energy_money_per_epoch.png",
+            "Energy (kWh), money (USD/h) and demand (req/s) per epoch",
+            plots.energy_money_per_epoch,
+            (by_epoch, epoch_s, dem),
+        ),
     ]
     chosen = set(alloc["config_id"]) if not alloc.empty else set()
     if cset is not None:
-        images["pareto_candidates.png"] = plots.pareto_candidates(cset.table, chosen, phase=phase)
         roofs = [chip_rooflines(get_chip(c), energy_spec(get_chip(c), inst.energy.profile)) for c in inst.chip_names]
         why = _plan_why(cset, coeffs, alloc)
         cls = pd.DataFrame(
             {"bucket": [r[0] for r in why], "chip": [r[2] for r in why], "intensity": [r[9] for r in why]}
         )
-        images["rooflines.png"] = plots.rooflines(roofs, cls)
-        captions += [
-            ("pareto_candidates.png", "Candidates: latency vs energy per request; stars = chosen"),
-            ("rooflines.png", "FLOP/s, FLOP/J and FLOP/$ rooflines; dots = request classes as planned"),
+        jobs += [
+            FigureJob(
+                "pareto_candidates.png",
+                "Candidates: latency vs energy per request; stars = chosen",
+                plots.pareto_candidates,
+                (cset.table, chosen, phase),
+            ),
+            FigureJob(
+                "rooflines.png",
+                "FLOP/s, FLOP/J and FLOP/$ rooflines; dots = request classes as planned",
+                plots.rooflines,
+                (roofs, cls),
+            ),
         ]
     if pods:
         counted = [c for c in gens if c not in {p["chip"] for p in pods}]
-        images["pod_maps.png"] = plots.pod_maps(
-            pods, placements, epochs, epoch_s, counted, cpe, inventory, main=plots.main_class(alloc), classes=classes
-        )
-        captions.append(
-            (
+        jobs.append(
+            FigureJob(
                 "pod_maps.png",
                 "Where the vPods sit: each placed pod in each run of epochs with the same occupancy "
                 "(at most six per pod, evenly thinned; x = failed chip); generations given as a chip "
                 "count are drawn as counts",
+                plots.pod_maps,
+                (pods, placements, epochs, epoch_s, counted, cpe, inventory, plots.main_class(alloc), classes),
             )
         )
-    return Figures(images, captions)
+    return jobs
+
+
+def draw_figures(jobs: list[FigureJob], drawn: dict[str, bytes] | None = None) -> Figures:
+    """:class:`Figures` of ``jobs``: each drawn here unless ``drawn`` (file name -> PNG bytes,
+    drawn elsewhere from the same job) has it already."""
+    drawn = drawn or {}
+    images = {j.name: drawn[j.name] if j.name in drawn else j.draw(*j.args) for j in jobs}
+    return Figures(images, [(j.name, j.caption) for j in jobs])
+
+
+def report_figures(
+    inst,
+    cset,
+    coeffs,
+    solution,
+    evaluation,
+    placements: pd.DataFrame | None = None,
+    pods: list[dict] | None = None,
+) -> Figures:
+    """Every figure of the report of ``solution`` (:func:`figure_jobs`), drawn here."""
+    return draw_figures(figure_jobs(inst, cset, coeffs, solution, evaluation, placements, pods))
 
 
 def build_report(

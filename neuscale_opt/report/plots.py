@@ -204,12 +204,20 @@ def energy_money_per_epoch(by_epoch: pd.DataFrame, epoch_s: float, demand: pd.Da
     return to_png(fig)
 
 
-def _no_minor_labels(ax) -> None:
-    """Log axes: label decades only (minor-tick labels overlap on narrow panels)."""
-    from matplotlib.ticker import NullFormatter
+def _log_axes(ax) -> None:
+    """Both axes logarithmic, ticked and labelled at decades, or at 1-2-5 steps when the data span
+    less than two decades (called after plotting, so that the limits are the data's). No minor
+    ticks: their labels overlap on narrow panels, and laying them out is most of a log panel's
+    drawing time."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        axis.set_minor_locator(NullLocator())
+        if lo > 0 and hi > lo and math.log10(hi / lo) < 2.0:
+            axis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
 
 
 def pareto_candidates(table: pd.DataFrame, chosen: set[str], phase: str = "colocated", max_buckets: int = 6) -> bytes:
@@ -230,9 +238,7 @@ def pareto_candidates(table: pd.DataFrame, chosen: set[str], phase: str = "coloc
         ch = tb[tb["config_id"].isin(chosen)]
         if not ch.empty:
             ax.scatter(ch["latency_s"], ch["energy_j_per_req"], s=120, marker="*", color="black", label="chosen")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        _no_minor_labels(ax)
+        _log_axes(ax)
         ax.set_title(f"class {b}", fontsize=9)
         ax.set_xlabel("latency (s)", fontsize=8)
         ax.set_ylabel("energy per request (J)", fontsize=8)
@@ -278,8 +284,7 @@ def rooflines(roofs: list[dict], classes: pd.DataFrame) -> bytes:
                             [x], [y], color=colour(roof["chip"]), marker=marker[b], s=40, zorder=3, edgecolors="black"
                         )
     for ax, (_, label) in zip(axes, titles, strict=True):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        _log_axes(ax)
         ax.set_xlabel("arithmetic intensity (FLOP per HBM byte)", fontsize=8)
         ax.set_ylabel(label, fontsize=8)
         ax.set_title(f"{label} roofline", fontsize=9)

@@ -129,14 +129,25 @@ def test_a_worker_replays_a_plan_as_this_process_does(tiny_report, monkeypatch):
     sol = plan_any(inst, coeffs, "neuscale-autoscaler", PlanOptions.from_instance(inst))
     workers = Workers.start(args, inst, coeffs, trace)
     assert workers is not None
+    from neuscale_opt.candidates import candidates
+    from neuscale_opt.planning import evaluate_any
+    from neuscale_opt.report.build import figure_jobs
+
+    pods = coeffs.pods.to_dict("records")
+    jobs = figure_jobs(inst, candidates(inst), coeffs, sol, evaluate_any(sol, coeffs, inst), sol.placements, pods)
+    assert jobs[-1].name == "pod_maps.png"
     try:
         got = workers.replay(sol, detail=True).get(timeout=120)
+        drawn = [workers.draw(j).get(timeout=120) for j in (jobs[0], jobs[-1])]
     finally:
         workers.close()
     want = replay_totals(sol, inst, trace, coeffs, detail=True)
     assert got[0] == want[0]
     for k in ("by_bucket", "by_epoch"):
         assert got[1][k].equals(want[1][k])
+    # a figure drawn in a worker is the same PNG as drawn here
+    assert drawn == [j.draw(*j.args) for j in (jobs[0], jobs[-1])]
+    assert drawn[0] != drawn[1]
 
 
 def test_ctrl_c_ends_the_command_and_its_workers_without_tracebacks(tmp_path):
