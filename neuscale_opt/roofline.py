@@ -213,14 +213,19 @@ def stage_time(t_c, t_h, t_ici, ici_serial, overhead_s):
     (the replay engine calls it per step); with ``ici_serial = 0`` it is exactly the max.
     """
     if isinstance(t_c, float) and isinstance(t_h, float) and isinstance(t_ici, float):
-        mem = t_c if t_c > t_h else t_h
-        hi, lo = (mem, t_ici) if mem > t_ici else (t_ici, mem)
-        return (hi + ici_serial * lo if ici_serial else hi) + overhead_s
+        return stage_time_float(t_c, t_h, t_ici, ici_serial, overhead_s)
     mem = np.maximum(t_c, t_h)
     hidden = np.maximum(mem, t_ici)
     if np.all(np.asarray(ici_serial) == 0.0):
         return hidden + overhead_s
     return hidden + ici_serial * np.minimum(mem, t_ici) + overhead_s
+
+
+def stage_time_float(t_c: float, t_h: float, t_ici: float, ici_serial: float, overhead_s: float) -> float:
+    """:func:`stage_time` of Python floats (R8), for the replay engine's per-step call."""
+    mem = t_c if t_c > t_h else t_h
+    hi, lo = (mem, t_ici) if mem > t_ici else (t_ici, mem)
+    return (hi + ici_serial * lo if ici_serial else hi) + overhead_s
 
 
 def binding_roof(t_c, t_h, t_ici) -> np.ndarray:

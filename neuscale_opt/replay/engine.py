@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuscale_opt.replay.tables import StepTable
-from neuscale_opt.roofline import stage_time
+from neuscale_opt.roofline import stage_time_float
 
 K_READY, K_PREFILL, K_DECODE, K_HANDOFF, K_JOIN = 0, 1, 2, 3, 4
 IDLE, PREFILLING, DECODING = 0, 1, 2
@@ -282,7 +282,7 @@ def run(
             c = tab.c0[n] + tab.c1[n] * pm
             h = tab.h0[n] + tab.h1[n] * pm
             i = tab.ici[n]
-            tau = tab.vtype.pp * stage_time(c, h, i, tab.ici_serial, tab.stage_overhead_s) + tab.p2p[n]
+            tau = tab.vtype.pp * stage_time_float(c, h, i, tab.ici_serial, tab.stage_overhead_s) + tab.p2p[n]
             v.state = DECODING
             v.t0 = t
             v.tau = tau
@@ -300,24 +300,33 @@ def run(
     def assign(rid: int, v: _Vpod, t: float) -> None:
         v.load += 1
         where[rid] = v.vid
-        enqueue(rid, v, t)
-
-    def enqueue(rid: int, v: _Vpod, t: float) -> None:
-        nonlocal seq
+        # enqueue(rid, v, t), inlined: once per request
         v.queue.append(rid)
         st = v.state
         if st == IDLE:
             next_step(v, t)
         elif st == DECODING and not v.cut and v.n_act < v.slots:
-            # admit at the next round boundary
-            v.cut = True
-            m = ceil((t - v.t0) / v.tau)
-            if m < v.k:
-                v.k = m
-                v.ver += 1
-                seq += 1
-                te = v.t0 + m * v.tau
-                push(heap, (te if te > t else t, seq, v.vid, v.ver, K_DECODE))
+            enqueue_cut(v, t)
+
+    def enqueue(rid: int, v: _Vpod, t: float) -> None:
+        v.queue.append(rid)
+        st = v.state
+        if st == IDLE:
+            next_step(v, t)
+        elif st == DECODING and not v.cut and v.n_act < v.slots:
+            enqueue_cut(v, t)
+
+    def enqueue_cut(v: _Vpod, t: float) -> None:
+        """A sequence queued at a decoding vPod with a free slot: admit it at the next round boundary."""
+        nonlocal seq
+        v.cut = True
+        m = ceil((t - v.t0) / v.tau)
+        if m < v.k:
+            v.k = m
+            v.ver += 1
+            seq += 1
+            te = v.t0 + m * v.tau
+            push(heap, (te if te > t else t, seq, v.vid, v.ver, K_DECODE))
 
     def best_in(gs) -> tuple[_Vpod | None, float]:
         """The vPod of groups ``gs`` with the fewest prompts waiting (queued or prefilling: a prompt
@@ -361,13 +370,6 @@ def run(
                 cr[j] -= total
                 return other
         return v
-
-    def route_one(rid: int, t: float) -> None:
-        v = best_vpod(bucket[rid])
-        if v is None:
-            pending[bucket[rid]].append(rid)
-        else:
-            assign(rid, v, t)
 
     def drain_pending(bs: tuple[int, ...] | range, t: float) -> None:
         for b in bs:
@@ -501,15 +503,16 @@ def run(
     i_arr = 0
     ei = 0
     inf = math.inf
+    t_ep = 0.0  # the next epoch boundary (inf past the last)
     while True:
         t_arr = arrival[i_arr] if i_arr < n_req else inf
-        t_ep = ei * epoch_s if ei <= n_epochs else inf
         t_ev = heap[0][0] if heap else inf
         if t_ep <= t_ev and t_ep <= t_arr:
             if t_ep == inf:
                 break
             epoch(ei, t_ep)
             ei += 1
+            t_ep = ei * epoch_s if ei <= n_epochs else inf
             if on_epoch is not None and ei <= n_epochs:
                 on_epoch(1)
             continue
@@ -581,8 +584,13 @@ def run(
                 if v.state == IDLE:
                     next_step(v, t)
             continue
-        n_events += 1
-        route_one(i_arr, t_arr)
+        n_events += 1  # an arrival: to the best vPod of its class, or the class's queue
+        b = bucket[i_arr]
+        v = best_vpod(b)
+        if v is None:
+            pending[b].append(i_arr)
+        else:
+            assign(i_arr, v, t_arr)
         i_arr += 1
 
     for v in vpods:  # nothing should be left held; close defensively at the last event time
