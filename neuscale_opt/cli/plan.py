@@ -284,6 +284,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     # starts; Workers) and the baselines start, beside the plan (:class:`Baselines`)
     played = replay_trace(inst, coeffs) if args.out is not None else None  # read once for every replay
     trace = None if played is None else played[0]
+    if args.out is not None:  # the report's modules, imported once before the workers fork (they draw figures too)
+        import neuscale_opt.report.build  # noqa: F401
     workers = Workers.start(args, inst, coeffs, trace) if args.out is not None else None
     base = Baselines(args, inst, coeffs, options, schedule, workers, trace) if args.out is not None else None
     try:
