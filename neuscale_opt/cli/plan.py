@@ -604,12 +604,14 @@ def _baseline_in_worker(name: str, options: PlanOptions, horizon: bool, window, 
 
 
 class Workers:
-    """Two worker processes for the report's baselines and replays (Python-bound work: in threads
-    it would only take turns with the plan's). Forked once the input is loaded, before any thread
-    or solver starts, so each holds the instance, the trace and the coefficients already and is
-    sent options and plans only. Only in the command-line process (:func:`neuscale_opt.cli.console`)
-    on Linux with ``--jobs 2``, a trace and baselines; otherwise :meth:`start` returns None and the
-    work runs in threads (the same results: a plan or a replay is a function of its inputs)."""
+    """Two worker processes for the report's baselines, replays and longest figure (Python-bound
+    work: in threads it would only take turns with the plan's). Forked once the input is loaded,
+    before any thread or solver starts, so each holds the instance, the trace and the coefficients
+    already and is sent options and plans only. Only in the command-line process
+    (:func:`neuscale_opt.cli.console`) on Linux with ``--jobs 2`` (also without baselines or a
+    trace: the plan's replay and the pod maps still run beside the figures); otherwise
+    :meth:`start` returns None and the work runs in this process or a thread (the same results: a
+    plan, a replay or a figure is a function of its inputs)."""
 
     def __init__(self, inst, trace, coeffs: Coefficients) -> None:
         import multiprocessing
@@ -623,8 +625,6 @@ class Workers:
         from neuscale_opt.cli import _CONSOLE
 
         if not (_CONSOLE and sys.platform.startswith("linux") and int(getattr(args, "jobs", 1)) > 1):
-            return None
-        if args.no_baselines or trace is None:
             return None
         return cls(inst, trace, coeffs)
 

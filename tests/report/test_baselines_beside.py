@@ -89,9 +89,11 @@ def test_jobs_is_one_or_two(jobs, capsys):
     assert "--jobs" in capsys.readouterr().err
 
 
-def test_the_command_replays_in_worker_processes_and_writes_the_same_report(tiny_report, tmp_path):
-    # as a process of its own (the console script) with --jobs 2 the replays run in two forked
-    # worker processes; the report is the same bytes as with --jobs 1 (every replay in turn)
+@pytest.mark.parametrize("extra", [[], ["--no-baselines"]])
+def test_the_command_replays_in_worker_processes_and_writes_the_same_report(tiny_report, tmp_path, extra):
+    # as a process of its own (the console script) with --jobs 2 the replays and the pod maps run
+    # in two forked worker processes (with or without baselines); the report is the same bytes as
+    # with --jobs 1 (every replay and figure in turn, in this process)
     import subprocess
     import sys
 
@@ -99,17 +101,14 @@ def test_the_command_replays_in_worker_processes_and_writes_the_same_report(tiny
     for jobs in ("1", "2"):
         out = tmp_path / f"jobs{jobs}"
         cmd = [sys.executable, "-m", "neuscale_opt.cli", "plan", str(tiny_report[2]), "--out", str(out)]
-        subprocess.run([*cmd, "--quiet", "--jobs", jobs], check=True, capture_output=True)
+        subprocess.run([*cmd, "--quiet", "--jobs", jobs, *extra], check=True, capture_output=True)
         outs[jobs] = _files(out)
     assert sorted(outs["1"]) == sorted(outs["2"])
+    assert "figures/pod_maps.png" in outs["2"]
     for name in set(outs["1"]) - {"timing.json"}:
         assert outs["1"][name] == outs["2"][name], name
-    assert set(json.loads(outs["2"]["replays.json"])) == {
-        "milp",
-        "neuscale-autoscaler",
-        "homogeneous-autoscaler",
-        "oracle",
-    }
+    want = {"milp"} if extra else {"milp", "neuscale-autoscaler", "homogeneous-autoscaler", "oracle"}
+    assert set(json.loads(outs["2"]["replays.json"])) == want
 
 
 def test_a_worker_replays_a_plan_as_this_process_does(tiny_report, monkeypatch):
