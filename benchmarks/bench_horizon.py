@@ -124,6 +124,21 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
     ``solve_seconds`` are 10.1-10.6 s, and (d) 27.3-27.7 s: this host runs the same code about
     1.3x slower than the runs quoted above (9.7 s and 16.6-17.2 s).
 
+    Where (d)'s time goes (2026-12-03, load 0-2, a timeline of one run): start-up and imports 2.0-2.5
+    s, the plan 13-19 s (13.1-13.3 s alone: the oracle and the auto-scalers' plans and replays share
+    the two cores with it), then its evaluation, its replay in a worker (2.3 s alone, 3.5 s beside
+    the figures) and the figures; 41-48 CPU-seconds in all (the plan about 13, the oracle 11.5 with
+    9.4 s of HiGHS, four replays about 10, the auto-scalers 3, the figures 4), so two cores need at
+    least 21-24 s whatever the order. The figures now draw log axes without minor ticks and the pod
+    maps in the first free worker (in-process, the six figures 4.3-4.5 -> 3.7-4.4 s, medians of
+    five); the replay engine is about 6 % faster (interleaved A/B, identical replays). (d) against
+    the previous commit, interleaved, four pairs at load 1.3-2.1: 25.0-27.4 s (median 25.6) against
+    25.8-30.3 s (median 26.6), within the machine's noise; three more runs at load 1.0: 22.0, 24.6,
+    26.2 s, 45.7 CPU-s. ``plan --out --no-baselines`` now uses the workers too (the plan's replay
+    and the pod maps beside the other figures): 18.4-20.9 s (median 20.8) against 22.7-25.6 s
+    (median 25.2), 1.21x, interleaved, load 0.6-1.1. The 12-s target stays out of reach: the plan
+    alone is 13 s of the critical path, and the command's CPU work is twice 12 s.
+
 Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
 the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
 """
