@@ -300,33 +300,24 @@ def run(
     def assign(rid: int, v: _Vpod, t: float) -> None:
         v.load += 1
         where[rid] = v.vid
-        # enqueue(rid, v, t), inlined: once per request
-        v.queue.append(rid)
-        st = v.state
-        if st == IDLE:
-            next_step(v, t)
-        elif st == DECODING and not v.cut and v.n_act < v.slots:
-            enqueue_cut(v, t)
+        enqueue(rid, v, t)
 
     def enqueue(rid: int, v: _Vpod, t: float) -> None:
+        nonlocal seq
         v.queue.append(rid)
         st = v.state
         if st == IDLE:
             next_step(v, t)
         elif st == DECODING and not v.cut and v.n_act < v.slots:
-            enqueue_cut(v, t)
-
-    def enqueue_cut(v: _Vpod, t: float) -> None:
-        """A sequence queued at a decoding vPod with a free slot: admit it at the next round boundary."""
-        nonlocal seq
-        v.cut = True
-        m = ceil((t - v.t0) / v.tau)
-        if m < v.k:
-            v.k = m
-            v.ver += 1
-            seq += 1
-            te = v.t0 + m * v.tau
-            push(heap, (te if te > t else t, seq, v.vid, v.ver, K_DECODE))
+            # admit at the next round boundary
+            v.cut = True
+            m = ceil((t - v.t0) / v.tau)
+            if m < v.k:
+                v.k = m
+                v.ver += 1
+                seq += 1
+                te = v.t0 + m * v.tau
+                push(heap, (te if te > t else t, seq, v.vid, v.ver, K_DECODE))
 
     def best_in(gs) -> tuple[_Vpod | None, float]:
         """The vPod of groups ``gs`` with the fewest prompts waiting (queued or prefilling: a prompt

@@ -440,19 +440,6 @@ def draw_figures(jobs: list[FigureJob], drawn: dict[str, bytes] | None = None) -
     return Figures(images, [(j.name, j.caption) for j in jobs])
 
 
-def report_figures(
-    inst,
-    cset,
-    coeffs,
-    solution,
-    evaluation,
-    placements: pd.DataFrame | None = None,
-    pods: list[dict] | None = None,
-) -> Figures:
-    """Every figure of the report of ``solution`` (:func:`figure_jobs`), drawn here."""
-    return draw_figures(figure_jobs(inst, cset, coeffs, solution, evaluation, placements, pods))
-
-
 def build_report(
     inst,
     cset,
@@ -472,7 +459,7 @@ def build_report(
 ) -> Report:
     """Every file of the report, in memory. ``baselines``: name -> (Solution, Evaluation).
 
-    ``figures``: :func:`report_figures` of the same plan, drawn beforehand (none of them reads a
+    ``figures``: :func:`draw_figures` of :func:`figure_jobs` of the same plan, drawn beforehand (none of them reads a
     baseline or a replay, so a caller may draw them while those are still running).
 
     ``replays``: method -> replay totals (``slo_attainment``, ``goodput_tokens_out``, ...) of the
@@ -516,7 +503,7 @@ def build_report(
     target = float(getattr(solution.options, "attainment", math.nan))
     mine = rp.get(plan["method"])
 
-    # -- figures (drawn by report_figures)
+    # -- figures (drawn beforehand: figure_jobs, draw_figures)
     images, captions = dict(figures.images), list(figures.captions)
     why = _plan_why(cset, coeffs, alloc)
 
