@@ -587,10 +587,6 @@ def _replay_in_worker(plan: dict, detail: bool) -> tuple[dict, dict]:
 _DRAWN_AWAY = frozenset({"pod_maps.png"})
 
 
-def _draw_in_worker(job) -> bytes:
-    return job.draw(*job.args)
-
-
 def _worker_init() -> None:
     """A worker leaves Ctrl-C to the command: the parent ends the workers (:meth:`Workers.close`)."""
     import signal
@@ -639,7 +635,7 @@ class Workers:
     def draw(self, job):
         """A :class:`~neuscale_opt.report.build.FigureJob` drawn in a worker; ``.get()`` waits for
         its PNG bytes."""
-        return self._pool.apply_async(_draw_in_worker, (job,))
+        return self._pool.apply_async(job.png)
 
     def close(self) -> None:
         self._pool.terminate()
@@ -716,9 +712,9 @@ def plan_report(
     # the pod maps (the longest to draw) in the first worker that is free when there are workers
     jobs = figure_jobs(inst, cset, coeffs, sol, ev, placements, pods)
     away = {j.name: workers.draw(j) for j in jobs if j.name in _DRAWN_AWAY} if workers is not None else {}
-    figures = draw_figures([j for j in jobs if j.name not in away])
+    drawn = {j.name: j.png() for j in jobs if j.name not in away}
     baselines, played_baselines = base.results(args.quiet)
-    figures = draw_figures(jobs, {**figures.images, **{name: got.get() for name, got in away.items()}})
+    figures = draw_figures(jobs, {**drawn, **{name: got.get() for name, got in away.items()}})
     if mine is not None:
         replays[sol.method], detail = mine.get()
     if played is not None:

@@ -353,6 +353,9 @@ class FigureJob:
     draw: Any
     args: tuple
 
+    def png(self) -> bytes:
+        return self.draw(*self.args)
+
 
 def figure_jobs(
     inst,
@@ -436,7 +439,7 @@ def draw_figures(jobs: list[FigureJob], drawn: dict[str, bytes] | None = None) -
     """:class:`Figures` of ``jobs``: each drawn here unless ``drawn`` (file name -> PNG bytes,
     drawn elsewhere from the same job) has it already."""
     drawn = drawn or {}
-    images = {j.name: drawn[j.name] if j.name in drawn else j.draw(*j.args) for j in jobs}
+    images = {j.name: drawn[j.name] if j.name in drawn else j.png() for j in jobs}
     return Figures(images, [(j.name, j.caption) for j in jobs])
 
 
@@ -459,8 +462,9 @@ def build_report(
 ) -> Report:
     """Every file of the report, in memory. ``baselines``: name -> (Solution, Evaluation).
 
-    ``figures``: :func:`draw_figures` of :func:`figure_jobs` of the same plan, drawn beforehand (none of them reads a
-    baseline or a replay, so a caller may draw them while those are still running).
+    ``figures``: :func:`draw_figures` of :func:`figure_jobs` of the same plan, drawn beforehand
+    (none of them reads a baseline or a replay, so a caller may draw them while those are still
+    running).
 
     ``replays``: method -> replay totals (``slo_attainment``, ``goodput_tokens_out``, ...) of the
     plans replayed against the instance's trace; written as ``replays.json``.
