@@ -99,7 +99,11 @@ def hold_set(ctx: WindowContext) -> list[tuple[str, int, int]]:
                 if ctx.previous(t) is None:
                     continue
                 for tau in range(t - ctx.hold_epochs, t):
-                    if tau < 0 or (str(chip_of_g[g]) in failing and ctx.dropped_between(str(chip_of_g[g]), tau, t)):
+                    # tau < 0 (before the horizon) has neither demand nor a carried load, except in
+                    # a compiled window's superset (horizon.persistent.superset_context), which
+                    # gives every hold row a window may have, so that the windows cut at epoch 0
+                    # share the compile of the full ones
+                    if str(chip_of_g[g]) in failing and ctx.dropped_between(str(chip_of_g[g]), tau, t):
                         continue
                     if tau >= first:
                         if any(ctx.demand.get((b, tau), 0.0) > 0 for _k, b, _p, _c in members[g]):

@@ -105,9 +105,10 @@ def superset_context(ctx: WindowContext) -> WindowContext:
     state = ctx.state
     if state is not None:
         first = ctx.epochs[0]
-        loads = {
-            (g, tau): 1.0 for g in ctx.groups["group"] for tau in range(first - ctx.hold_epochs, first) if tau >= 0
-        }
+        # tau < 0 included: a window whose hold window is cut at epoch 0 then has the structure of
+        # a full one, its missing rows absent (a compile for the rolling plan's first K windows
+        # instead of one each)
+        loads = {(g, tau): 1.0 for g in ctx.groups["group"] for tau in range(first - ctx.hold_epochs, first)}
         state = State(epoch=state.epoch, n=dict(state.n), loads=loads, inventory=dict(state.inventory))
     return dataclasses.replace(ctx, demand=demand, state=state)
 
