@@ -401,6 +401,7 @@ def relaxation_bound(
     planned: dict[tuple[str, int], float],
     inventory: dict[tuple[str, int], float],
     prepared: Any = None,
+    serve_all: bool = False,
 ) -> float | None:
     """A proven lower bound on the objective of every schedule that covers ``planned`` (the demand a
     rolling plan planned for, epoch by epoch) under the coupling rules: the optimum of the LP
@@ -417,7 +418,12 @@ def relaxation_bound(
     Under the tail rule the LP covers the demand without the tail classes (the plan minus its tail
     routes is feasible for it: routes only add load to held groups) and each tail request adds the
     least it can cost, ``T min(min_k a_k, pen)`` over its class's configurations (served
-    somewhere, or unserved)."""
+    somewhere, or unserved).
+
+    ``serve_all``: the bound over the schedules that serve all of ``planned`` (unserved demand fixed
+    at 0, a tail request costing ``T min_k a_k``): the least objective of a plan that leaves nothing
+    unserved, without the penalty. None also when no such schedule exists (the LP is infeasible:
+    the fleet cannot cover the demand under the coupling rules)."""
     import pyomo.environ as pyo
 
     opts = horizon_options(options)
@@ -426,11 +432,16 @@ def relaxation_bound(
     m = build_model(ctx)
     add_held_if_used(m, ctx)
     pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
+    if serve_all:
+        for v in m.unserved.values():
+            v.fix(0.0)
     res = solve_model(m, opts.start_budget("per-window"))
     if res.status != "optimal" or not math.isfinite(res.bound):
         return None
     a_min = ctx.configs.groupby("bucket")["var_obj_per_req"].min().astype(float).to_dict()
-    least = {b: min(a_min.get(b, math.inf), ctx.penalty_per_req) for b in ctx.buckets}
+    least = {b: min(a_min.get(b, math.inf), math.inf if serve_all else ctx.penalty_per_req) for b in ctx.buckets}
+    if serve_all and any(math.isinf(least[b]) for rates in tail.values() for b, r in rates.items() if r > 0):
+        return None
     tail_cost = sum(ctx.epoch_s * least[b] * r for rates in tail.values() for b, r in rates.items())
     return float(res.bound) + tail_cost
 

@@ -97,6 +97,7 @@ def test_half_unserved_admits_every_second_arrival_and_matches_the_evaluator():
     assert list(np.flatnonzero(res.requests["admitted"].to_numpy())) == list(range(1, 40, 2))
     t = res.totals
     assert t["rejected"] == 20 and t["served"] == 20 and t["unserved"] == 20
+    assert t["tokens_out"] == 20 * S_OUT and t["tokens_out_offered"] == 40 * S_OUT  # the rejected half too
     assert t["slo_attainment"] == pytest.approx(0.5)  # the rejected half misses its SLO
     assert t["slo_attainment_admitted"] == 1.0
     assert res.by_bucket.set_index("bucket").loc["a", "rejected"] == 20

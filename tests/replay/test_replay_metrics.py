@@ -52,6 +52,7 @@ def test_goodput_counts_only_requests_that_met_their_slo():
     assert list(res.requests["slo_met"]) == [True, False, True]
     assert t["tokens_out"] == 7 + 5 + 11
     assert t["goodput_tokens_out"] == 7 + 11
+    assert t["tokens_out_offered"] == 7 + 5 + 11
     assert t["goodput_tokens_per_joule"] == pytest.approx(18 / t["energy_j"])
     assert t["goodput_tokens_per_usd"] == pytest.approx(18 / t["cost_usd"])
     assert t["tokens_per_joule"] == pytest.approx(23 / t["energy_j"])  # old field kept
