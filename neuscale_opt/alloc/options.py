@@ -126,6 +126,11 @@ class PlanOptions:
     save_lp, save_mps:
         Write each solved model to this path (LP or MPS format, via Pyomo); the k-th further solve
         of the same run to ``<stem>-<k><suffix>``.
+    jobs:
+        Processes a plan may use: with 2, a rolling plan computes its proven bound (the full-horizon
+        LP, ``horizon.rolling.relaxation_bound``) in a forked process beside its windows (Linux, a
+        process without other threads; the same bound either way, so not a planning setting).
+        ``neuscale-opt plan --jobs`` sets it; default 1.
     deadline:
         Set by :meth:`start_budget`, not by users: the ``time.monotonic()`` at which the running
         budget ends.
@@ -153,6 +158,7 @@ class PlanOptions:
     solver_log: bool = False
     save_lp: str | None = None
     save_mps: str | None = None
+    jobs: int = field(default=1, compare=False)  # how, not what: the plan is the same
     deadline: float | None = field(default=None, compare=False)  # a budget, not a setting
 
     def __post_init__(self) -> None:
@@ -198,6 +204,8 @@ class PlanOptions:
             problems.append(f"mip_gap must be in [0, 1), got {self.mip_gap}")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             problems.append(f"threads must be an integer >= 1, got {self.threads}")
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
+            problems.append(f"jobs must be an integer >= 1, got {self.jobs}")
         if problems:
             raise InputError("; ".join(problems), where="plan options")
 
@@ -212,7 +220,7 @@ class PlanOptions:
         """The settings that shape the plan (what a plan's provenance records): every field but
         the output and log settings and the running deadline."""
         d = asdict(self)
-        for k in ("solver_log", "save_lp", "save_mps", "deadline"):
+        for k in ("solver_log", "save_lp", "save_mps", "jobs", "deadline"):
             d.pop(k)
         return d
 

@@ -80,9 +80,10 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         type=int,
         choices=(1, 2),
         default=2 if (os.cpu_count() or 1) > 1 else 1,
-        help="with --out: 2 runs the baselines and the replays beside the plan (two worker processes "
-        "on Linux, else a second thread); 1 does all in turn (default: 2 on a machine with two or "
-        "more CPUs); the report is the same either way",
+        help="2 computes a horizon plan's bound beside its windows (a forked process on Linux) and, "
+        "with --out, runs the baselines and the replays beside the plan (two worker processes on "
+        "Linux, else a second thread); 1 does all in turn (default: 2 on a machine with two or more "
+        "CPUs); the plan and the report are the same either way",
     )
     p.add_argument(
         "--quiet", action="store_true", help="no progress bar; print only the status line and the report path"
@@ -263,6 +264,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         slice_factor=args.slice_factor,
         attainment=args.attainment,
         tail_rate_rps=args.tail_rate,
+        jobs=args.jobs,
         **solver_overrides(args),
     )
     options = with_bounds(args, options)

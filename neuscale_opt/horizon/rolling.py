@@ -333,20 +333,74 @@ def plan_rolling(
     prep = prepare(coeffs, opts)
     keep = max(params.hold_epochs(float(coeffs.epoch_s)), 1)
     lim, tokens = tail_rate(opts), prompt_tokens(coeffs.buckets)
-    state: State | None = None
-    commits: list[EpochCommit] = []
-    seconds = 0.0
-    ctx = None
-    compiled = CompiledWindows()
     actual = actual_demand(coeffs)
-    ordinary: set[str] = set()
     # without coupling the epochs of a window are independent problems and only the first is
     # committed, so a window is solved as its first epoch alone: the same committed plan, without
     # the H - 1 copies that only make the search harder (formulations/horizon.md, "Rolling window")
     step = h if params.coupling else 1
+    # every window's forecast is made from data before it, so all are known before the first solve
+    # and the bound on the committed epochs' planned demand can be computed beside the windows
+    dems = [forecast_window(coeffs, fc_method, t, epochs[i : i + step], actual) for i, t in enumerate(epochs)]
+    early = None
+    if bound:
+        expected = {(b, t): v for t, dem in zip(epochs, dems, strict=True) for (b, e), v in dem.items() if e == t}
+        early = BoundBeside.start(coeffs, options, params, expected, inv, prep)
+    try:
+        commits = _solve_windows(coeffs, opts, params, epochs, step, dems, inv, prep, keep, lim, tokens, progress)
+    except BaseException:
+        if early is not None:
+            early.stop()
+        raise
+    meta = {"window": h, "forecast": fc_method, "solves": len(epochs)}
+    sol = assemble(
+        method,
+        coeffs,
+        opts,
+        params,
+        commits[-1][1].configs if commits else prep.configs,
+        [c for c, _ in commits],
+        inv,
+        meta,
+        penalty_per_req=prep.penalty_per_req,
+        verdict_options=options,
+    )
+    planned = {(b, c.epoch): v for c, _ in commits for b, v in c.planned.items()}
+    if not bound or not commits or not math.isfinite(sol.objective_value):
+        if early is not None:
+            early.stop()
+        return sol
+    lb = early.get(planned) if early is not None else None
+    if early is None or lb is BoundBeside.UNUSED:
+        lb = relaxation_bound(coeffs, options, params, planned, inv, prep)
+    if lb is None:
+        return sol
+    gap = max(0.0, sol.objective_value - lb) / max(abs(sol.objective_value), 1e-9)
+    return replace(sol, bound=lb, gap=gap, meta={**sol.meta, "bound": RELAXATION_BOUND})
+
+
+def _solve_windows(
+    coeffs: Coefficients,
+    opts: PlanOptions,
+    params: HorizonParams,
+    epochs: list[int],
+    step: int,
+    dems: list[dict[tuple[str, int], float]],
+    inv: dict[tuple[str, int], float],
+    prep: Any,
+    keep: int,
+    lim: float | None,
+    tokens: dict[str, float],
+    progress: Callable[[int], Any] | None,
+) -> list[tuple[EpochCommit, WindowContext]]:
+    """The rolling plan's windows solved in turn (window i on the forecast ``dems[i]``); each
+    committed epoch with the context of the window that committed it."""
+    state: State | None = None
+    commits: list[tuple[EpochCommit, WindowContext]] = []
+    compiled = CompiledWindows()
+    ordinary: set[str] = set()
     for i, t in enumerate(epochs):
         win = epochs[i : i + step]
-        dem = forecast_window(coeffs, fc_method, t, win, actual)
+        dem = dems[i]
         ctx, plans, info, own = solve_with_tail(
             lambda d, win=win, state=state: build_window(
                 coeffs, opts.start_budget("per-window"), params, win, d, inv, state, prep
@@ -361,33 +415,80 @@ def plan_rolling(
         )
         c = replace(plans[t], info=info)
         ordinary = kept_ordinary(c, own, ctx.configs)
-        seconds += info["solve_seconds"]
-        commits.append(c)
+        commits.append((c, ctx))
         state = next_state(state, c, ctx.configs, inv, keep)
         if progress is not None:
             progress(1)
-    meta = {"window": h, "forecast": fc_method, "solves": len(epochs)}
-    configs = ctx.configs if ctx is not None else prep.configs
-    sol = assemble(
-        method,
-        coeffs,
-        opts,
-        params,
-        configs,
-        commits,
-        inv,
-        meta,
-        penalty_per_req=prep.penalty_per_req,
-        verdict_options=options,
-    )
-    if not bound or not commits or not math.isfinite(sol.objective_value):
-        return sol
-    planned = {(b, c.epoch): v for c in commits for b, v in c.planned.items()}
-    lb = relaxation_bound(coeffs, options, params, planned, inv, prep)
-    if lb is None:
-        return sol
-    gap = max(0.0, sol.objective_value - lb) / max(abs(sol.objective_value), 1e-9)
-    return replace(sol, bound=lb, gap=gap, meta={**sol.meta, "bound": RELAXATION_BOUND})
+    return commits
+
+
+class BoundBeside:
+    """:func:`relaxation_bound` of the demand a rolling plan will commit, computed in a forked
+    process while this one solves the windows (``PlanOptions.jobs`` > 1, Linux, no other thread in
+    this process, which is not itself a daemonic worker). The child holds the coefficients by the
+    fork and sends one float back. :meth:`get` returns it when the plan committed exactly the
+    demand it was computed for, else :attr:`UNUSED` (the caller then computes the bound itself), so
+    the bound is the one the plan would compute in-process."""
+
+    UNUSED: Any = object()
+
+    def __init__(self, process: Any, conn: Any, planned: dict[tuple[str, int], float]) -> None:
+        self._process, self._conn, self._planned = process, conn, planned
+
+    @classmethod
+    def start(
+        cls,
+        coeffs: Coefficients,
+        options: PlanOptions,
+        params: HorizonParams,
+        planned: dict[tuple[str, int], float],
+        inventory: dict[tuple[str, int], float],
+        prepared: Any,
+    ) -> BoundBeside | None:
+        import multiprocessing
+        import sys
+        import threading
+
+        if (
+            int(options.jobs) < 2
+            or not sys.platform.startswith("linux")
+            or threading.active_count() > 1
+            or multiprocessing.current_process().daemon
+        ):
+            return None
+        ctx = multiprocessing.get_context("fork")
+        recv, send = ctx.Pipe(duplex=False)
+
+        def child() -> None:
+            try:
+                out: Any = ("ok", relaxation_bound(coeffs, options, params, planned, inventory, prepared))
+            except BaseException:  # the parent computes it again and reports what goes wrong
+                out = ("failed", None)
+            send.send(out)
+
+        sys.stdout.flush()  # the child flushes what it inherited when it ends: nothing must be pending
+        sys.stderr.flush()
+        proc = ctx.Process(target=child, daemon=True)
+        proc.start()
+        send.close()
+        return cls(proc, recv, planned)
+
+    def get(self, planned: dict[tuple[str, int], float]) -> Any:
+        """The bound (a float or None, as :func:`relaxation_bound`), or :attr:`UNUSED`."""
+        try:
+            status, value = self._conn.recv()
+        except (EOFError, OSError):
+            status, value = "failed", None
+        finally:
+            self._conn.close()
+            self._process.join()
+        return value if status == "ok" and planned == self._planned else self.UNUSED
+
+    def stop(self) -> None:
+        """End the child without its result (the plan failed or needs no bound)."""
+        self._process.terminate()
+        self._process.join()
+        self._conn.close()
 
 
 #: What the ``bound`` of a rolling plan is (``Solution.meta["bound"]``, ``formulations/horizon.md``).

@@ -36,3 +36,48 @@ def test_serve_all_is_none_when_no_schedule_covers_the_demand():
     assert _bound([20.0, 30.0], {"x": 2}, serve_all=False) == pytest.approx(
         4 * VPOD_EPOCH_J + 10 * 300 * PENALTY_J, rel=1e-9
     )
+
+
+def _rolling(jobs, monkeypatch, used):
+    from neuscale_opt.horizon import plan_rolling
+    from neuscale_opt.horizon.rolling import BoundBeside
+
+    get = BoundBeside.get
+
+    def spy(self, planned):
+        value = get(self, planned)
+        used.append(value is not BoundBeside.UNUSED)
+        return value
+
+    monkeypatch.setattr(BoundBeside, "get", spy)
+    coeffs = one_class([20.0, 40.0, 10.0, 30.0], inventory={"x": 6})
+    return plan_rolling(coeffs, OPTS.replace(jobs=jobs), PARAMS, "last-peak", window=2, bound=True)
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="the forked bound is Linux only")
+def test_the_bound_computed_beside_the_windows_is_the_one_computed_after_them(monkeypatch):
+    used: list[bool] = []
+    beside = _rolling(2, monkeypatch, used)
+    assert used == [True]  # the child's bound was taken
+    after = _rolling(1, monkeypatch, used)
+    assert used == [True]  # one job: no child
+    assert beside.bound == after.bound and beside.gap == after.gap
+    assert beside.objective_value == after.objective_value
+    # by hand, on the last-peak forecasts (20, 20, 40, 10 req/s planned; 10 req/s per vPod): the
+    # vPods planned are a lower bound on what is held, 2 + 2 + 4 + 1 vPod-epochs of 30 kJ at least
+    assert 9 * VPOD_EPOCH_J * (1 - 1e-9) <= after.bound <= after.objective_value
+
+
+def test_a_bound_computed_for_other_demand_is_not_used(monkeypatch):
+    import sys
+
+    from neuscale_opt.horizon.rolling import BoundBeside
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the forked bound is Linux only")
+    coeffs = one_class([20.0, 20.0], inventory={"x": 2})
+    early = BoundBeside.start(
+        coeffs, OPTS.replace(jobs=2), PARAMS, {("A", 0): 20.0, ("A", 1): 20.0}, instance_inventory(coeffs), None
+    )
+    assert early is not None
+    assert early.get({("A", 0): 20.0, ("A", 1): 10.0}) is BoundBeside.UNUSED
