@@ -139,6 +139,27 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
     (median 25.2), 1.21x, interleaved, load 0.6-1.1. The 12-s target stays out of reach: the plan
     alone is 13 s of the critical path, and the command's CPU work is twice 12 s.
 
+    2026-12-03, later (load 0.6-2.2). Two exact changes to what surrounds the windows' solves, the
+    same plan (e3537222...16516a, bound 131,398,050): the compiled windows whose hold window is cut
+    at epoch 0 now share the full windows' compile (4 compiles instead of 9), and with ``--jobs
+    2`` (the CLI's default on two CPUs, used by (a) since) the bound's LP runs in a forked process
+    beside the windows. (a)'s time outside the windows' solves (wall minus ``solve_seconds``,
+    interleaved single runs): 2.0-2.4 s before the first change, 1.8-2.2 s after it (four pairs);
+    then 1.0-1.5 s with the bound beside against 1.7-2.3 s without it (four pairs). (a) is now the
+    windows' HiGHS time plus about 1 s: 10.5-13.3 s wall on this host today, whose HiGHS time for
+    the same windows drifts between 9.1 and 11.7 s. (d) against the previous commit, interleaved,
+    three pairs: 23.4, 22.8, 25.4 s against 23.3, 24.7, 25.2 s (CPU-bound, as above); the report's
+    files are the same bytes but for ``replays.json``'s new ``tokens_out_offered``.
+
+    The windows' remaining HiGHS time, one more experiment (the default plan's 12 window MIPs
+    re-solved in highspy, one thread): with every unserved column fixed at 0 (hard coverage) the
+    windows take 6.5 s against 9.2 s, the same objectives (to 1e-14); the penalty's size is not
+    the cause (capping the unserved costs at 1e9 or 1e8 instead of 1.8e10: 11.1 and 11.6 s against
+    11.3 s). Hard coverage is not exact in general: where a small residual rate would need a vPod
+    of its own, or the growth limit binds, the penalised model's optimum leaves demand unserved and
+    the hard one is worse or infeasible, and proving that it is not the case costs the penalised
+    solve itself. Not adopted.
+
 Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
 the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
 """
@@ -198,8 +219,10 @@ _DEFAULT_PLAN: list[Any] = []
 
 def bench_default(repeat: int) -> dict[str, Any]:
     coeffs, inst = load_plan_input(None)
+    # as the CLI on two or more CPUs (--jobs 2): the bound's LP in a forked process beside the windows
+    opts = PlanOptions.from_instance(inst, jobs=2 if (os.cpu_count() or 1) > 1 else 1)
     at = load()
-    sol, wall, cpu = timed(lambda: plan_horizon(inst, "milp", coeffs=coeffs), repeat)
+    sol, wall, cpu = timed(lambda: plan_horizon(inst, "milp", coeffs=coeffs, options=opts), repeat)
     _DEFAULT_PLAN[:] = [sol]
     windows = sum(float(e.get("solve_seconds", 0.0)) for e in sol.epochs)
     out = {
