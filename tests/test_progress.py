@@ -33,3 +33,16 @@ def test_quiet_and_non_terminal_are_silent(monkeypatch):
     with progress_bar(total=3, desc="plan") as bar:
         bar.update(3)
     assert plain.getvalue() == ""
+
+
+def test_the_bar_starts_no_thread(monkeypatch):
+    # tqdm's monitor thread would keep a rolling plan from computing its bound in a forked
+    # process beside the windows (horizon.rolling.BoundBeside needs a process with one thread)
+    import threading
+
+    from tqdm._monitor import TMonitor
+
+    monkeypatch.setattr(sys, "stderr", _Tty())
+    with progress_bar(total=3, desc="plan") as bar:
+        bar.update(1)
+        assert not any(isinstance(t, TMonitor) for t in threading.enumerate())

@@ -22,6 +22,9 @@ def progress_bar(total: int, desc: str, quiet: bool = False):
     if quiet or not sys.stderr.isatty():
         yield _Null()
         return
+    # no monitor thread (it only tunes how often a slow bar redraws): a process with one thread may
+    # fork helpers while the bar runs (horizon.rolling.BoundBeside)
+    tqdm.monitor_interval = 0
     bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)
     try:
         yield bar
