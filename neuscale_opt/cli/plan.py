@@ -80,9 +80,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         type=int,
         choices=(1, 2),
         default=2 if (os.cpu_count() or 1) > 1 else 1,
-        help="2 computes a horizon plan's bound beside its windows (a forked process on Linux) and, "
-        "with --out, runs the baselines and the replays beside the plan (two worker processes on "
-        "Linux, else a second thread); 1 does all in turn (default: 2 on a machine with two or more "
+        help="2 runs, with --out, the baselines and the replays beside the plan (two worker processes "
+        "on Linux, else a second thread), and without --out a horizon plan's bound beside its windows "
+        "(a forked process on Linux); 1 does all in turn (default: 2 on a machine with two or more "
         "CPUs); the plan and the report are the same either way",
     )
     p.add_argument(
