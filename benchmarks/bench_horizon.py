@@ -149,7 +149,11 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
     windows' HiGHS time plus about 1 s: 10.5-13.3 s wall on this host today, whose HiGHS time for
     the same windows drifts between 9.1 and 11.7 s. (d) against the previous commit, interleaved,
     three pairs: 23.4, 22.8, 25.4 s against 23.3, 24.7, 25.2 s (CPU-bound, as above); the report's
-    files are the same bytes but for ``replays.json``'s new ``tokens_out_offered``.
+    files are the same bytes but for ``replays.json``'s new ``tokens_out_offered``. Then (a) with
+    ``--repeat 3`` at load 0.6-1.0: 11.0 s (median). ``neuscale-opt plan --quiet --json`` on the
+    default, interleaved, four pairs at load about 0.9: 13.3-14.2 s (median 13.55) with ``--jobs
+    2`` against 13.8-14.9 s (median 14.6) with ``--jobs 1``, the same plan.json but for its timing.
+    (b) after the compile sharing: 7.0 s, the same plan (24c9d633...89e26).
 
     The windows' remaining HiGHS time, one more experiment (the default plan's 12 window MIPs
     re-solved in highspy, one thread): with every unserved column fixed at 0 (hard coverage) the
