@@ -424,11 +424,12 @@ def _solve_windows(
 
 class BoundBeside:
     """:func:`relaxation_bound` of the demand a rolling plan will commit, computed in a forked
-    process while this one solves the windows (``PlanOptions.jobs`` > 1, Linux, no other thread in
-    this process, which is not itself a daemonic worker). The child holds the coefficients by the
-    fork and sends one float back. :meth:`get` returns it when the plan committed exactly the
-    demand it was computed for, else :attr:`UNUSED` (the caller then computes the bound itself), so
-    the bound is the one the plan would compute in-process."""
+    process while this one solves the windows (``PlanOptions.jobs`` > 1, Linux, no other thread
+    in this process, which is not itself a daemonic worker, no solver log or model file to write).
+    The child holds the coefficients by the fork and sends one float back. :meth:`get` returns it
+    when the plan committed exactly the demand it was computed for, else :attr:`UNUSED` (the
+    caller then computes the bound itself), so the bound is the one the plan would compute
+    in-process."""
 
     UNUSED: Any = object()
 
@@ -451,6 +452,10 @@ class BoundBeside:
 
         if (
             int(options.jobs) < 2
+            # the solver's log and the models written stay in this process, in their order
+            or options.solver_log
+            or options.save_lp
+            or options.save_mps
             or not sys.platform.startswith("linux")
             or threading.active_count() > 1
             or multiprocessing.current_process().daemon
@@ -464,7 +469,10 @@ class BoundBeside:
                 out: Any = ("ok", relaxation_bound(coeffs, options, params, planned, inventory, prepared))
             except BaseException:  # the parent computes it again and reports what goes wrong
                 out = ("failed", None)
-            send.send(out)
+            try:
+                send.send(out)
+            except OSError:  # the parent is gone
+                pass
 
         sys.stdout.flush()  # the child flushes what it inherited when it ends: nothing must be pending
         sys.stderr.flush()

@@ -81,3 +81,15 @@ def test_a_bound_computed_for_other_demand_is_not_used(monkeypatch):
     )
     assert early is not None
     assert early.get({("A", 0): 20.0, ("A", 1): 10.0}) is BoundBeside.UNUSED
+
+
+@pytest.mark.parametrize(
+    "change", [{"jobs": 1}, {"solver_log": True}, {"save_lp": "m.lp"}, {"save_mps": "m.mps"}], ids=str
+)
+def test_no_child_without_two_jobs_or_with_solver_output(change):
+    # the solver's log and the models it writes stay in this process, in their order
+    coeffs = one_class([20.0, 20.0], inventory={"x": 2})
+    opts = OPTS.replace(**{"jobs": 2, **change})
+    from neuscale_opt.horizon.rolling import BoundBeside
+
+    assert BoundBeside.start(coeffs, opts, PARAMS, {("A", 0): 20.0}, instance_inventory(coeffs), None) is None
