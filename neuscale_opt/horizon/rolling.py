@@ -347,30 +347,27 @@ def plan_rolling(
         early = BoundBeside.start(coeffs, options, params, expected, inv, prep)
     try:
         commits = _solve_windows(coeffs, opts, params, epochs, step, dems, inv, prep, keep, lim, tokens, progress)
-    except BaseException:
-        if early is not None:
+        meta = {"window": h, "forecast": fc_method, "solves": len(epochs)}
+        sol = assemble(
+            method,
+            coeffs,
+            opts,
+            params,
+            commits[-1][1].configs if commits else prep.configs,
+            [c for c, _ in commits],
+            inv,
+            meta,
+            penalty_per_req=prep.penalty_per_req,
+            verdict_options=options,
+        )
+        if not bound or not commits or not math.isfinite(sol.objective_value):
+            return sol
+        planned = {(b, c.epoch): v for c, _ in commits for b, v in c.planned.items()}
+        lb = early.get(planned) if early is not None else BoundBeside.UNUSED
+    finally:
+        if early is not None:  # ends the child whatever happened (after get: it has ended already)
             early.stop()
-        raise
-    meta = {"window": h, "forecast": fc_method, "solves": len(epochs)}
-    sol = assemble(
-        method,
-        coeffs,
-        opts,
-        params,
-        commits[-1][1].configs if commits else prep.configs,
-        [c for c, _ in commits],
-        inv,
-        meta,
-        penalty_per_req=prep.penalty_per_req,
-        verdict_options=options,
-    )
-    planned = {(b, c.epoch): v for c, _ in commits for b, v in c.planned.items()}
-    if not bound or not commits or not math.isfinite(sol.objective_value):
-        if early is not None:
-            early.stop()
-        return sol
-    lb = early.get(planned) if early is not None else None
-    if early is None or lb is BoundBeside.UNUSED:
+    if lb is BoundBeside.UNUSED:
         lb = relaxation_bound(coeffs, options, params, planned, inv, prep)
     if lb is None:
         return sol
@@ -493,7 +490,8 @@ class BoundBeside:
         return value if status == "ok" and planned == self._planned else self.UNUSED
 
     def stop(self) -> None:
-        """End the child without its result (the plan failed or needs no bound)."""
+        """End the child, with or without its result (the plan failed or needs no bound); a second
+        call, or one after :meth:`get`, does nothing more."""
         self._process.terminate()
         self._process.join()
         self._conn.close()
