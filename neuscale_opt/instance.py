@@ -345,13 +345,16 @@ class Planning(_Frozen):
 
 class Solver(_Frozen):
     """Solver settings. ``node_limit`` (branch-and-bound nodes per MILP solve) is the deterministic
-    stop rule; ``time_limit_s`` the wall-clock safety net behind it (``alloc.options``)."""
+    stop rule; ``time_limit_s`` the wall-clock safety net behind it (``alloc.options``).
+    ``restarts``: HiGHS's root restarts (``alloc.options.PlanOptions.restarts``); unset, they are
+    off in the windows of a horizon plan and on elsewhere."""
 
     backend: Literal["highs", "ortools"] = "highs"
     time_limit_s: float = Field(default=DEFAULT_TIME_LIMIT_S, gt=0)
     node_limit: int = Field(default=DEFAULT_NODE_LIMIT, gt=0, le=MAX_NODE_LIMIT)
     mip_gap: float = Field(default=1e-6, ge=0)
     threads: int = Field(default=1, gt=0)
+    restarts: bool | None = None
 
 
 class Horizon(_Frozen):

@@ -506,6 +506,8 @@ def _run_highs(form: LinearForm, options: PlanOptions, presolve: bool):
         ("presolve", "on" if presolve else "off"),
     ):
         h.setOptionValue(key, val)
+    if options.restarts is not None:
+        h.setOptionValue("mip_allow_restart", bool(options.restarts))
     if options.solver_log:
         from pyomo.common.log import LogStream
         from pyomo.common.tee import capture_output
