@@ -1,6 +1,6 @@
 """Horizon planning benchmarks: the rolling plan, its proven bound, a 288-epoch day, ``plan --out``.
 
-Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d] [--json PATH]``
+Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d,e,f] [--fleet] [--json PATH]``
 
 (a) The default instance's 12-epoch plan, exactly what ``neuscale-opt plan`` runs on it (pooled,
     pattern placement, rolling 6-epoch windows on last-peak forecasts, with its bound): wall and
@@ -47,6 +47,7 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
     (``alloc.options.DEFAULT_NODE_LIMIT``) is set by. Nodes are a count, not a time: with one
     thread and the fixed seed they are the same on any machine (``--repeat`` does not apply).
     Case (a) also lists the default plan's nodes per window.
+
 
     Measured (HiGHS 1.16, one thread, seed 0; node counts are load-independent, seconds are upper
     bounds on a shared 2-core machine): the default 12-epoch rolling plan needs 1985, 1, 11, 3, 26,
@@ -163,6 +164,27 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
     of its own, or the growth limit binds, the penalised model's optimum leaves demand unserved and
     the hard one is worse or infeasible, and proving that it is not the case costs the penalised
     solve itself. Not adopted.
+
+(f) HiGHS's restarts (``PlanOptions.restarts``) in the windows: every plan of the shipped horizon
+    scenarios and of two variants of the default (rate_scale 3, Qwen3-32B), energy and cost, with
+    restarts off (the horizon default) and on, interleaved: the windows' HiGHS seconds and whether
+    both reach the same objective; ``--fleet`` adds ``instances/fleet.toml``.
+
+    Measured 2026-12-03 (load 0.0-0.3, one run each; seconds summed over a plan's windows): off
+    against on, default energy 8.97 / 11.37 s, cost 8.35 / 11.66; azure-conv 1.50 / 1.66 and 3.03 /
+    3.27; horizon/azure-code 2.87 / 3.36 and 2.67 / 3.09; default at rate_scale 3 3.71 / 4.21 and
+    4.37 / 3.85; default with Qwen3-32B 7.52 / 7.60 and 4.96 / 4.11: 47.95 / 54.18 s in all (on is
+    1.13x off, 0.83-1.40x per plan). Every plan but one reaches the same objective; the Qwen3-32B
+    cost plans differ because an earlier window returned another of its equal-cost optima and the
+    rolling plan went on from it (each window's optimum is the same). Before, every MIP these plans
+    hand HiGHS (318 window MIPs of 23 plans: the shipped scenarios with their oracles and seven
+    variants of the default and of azure-code) re-solved alone in highspy: 45.2 -> 30.6 s and 42.3
+    -> 33.8 s, the same objective on all 318; ``fleet``'s 24: 37.9 -> 54.9 s (its first cost window
+    3 -> 18 s, 1 -> 1,135 nodes), so ``instances/fleet.toml`` sets ``restarts = true``. With the
+    default now off: (a) 8.6 s wall (median of 3, load 0.75; 11.2 s before at load 0.65, the
+    windows' HiGHS time 10.7 s then), the same plan (e3537222...16516a); (b) 7.9 s, the same plan (24c9d633...89e26).
+    The consistency and headline benchmarks were rerun: the same verdicts (10 criteria met), a few
+    plans now end on other equal-cost window optima (azure-conv x1 cost, rolling: 129 -> 120.6 USD).
 
 Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
 the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
@@ -462,17 +484,87 @@ def bench_nodes(repeat: int) -> dict[str, Any]:
     }
 
 
-CASES = {"a": bench_default, "b": bench_day, "c": bench_bound, "d": bench_out, "e": bench_nodes}
+def restart_cases(fleet: bool) -> list[tuple[str, Any]]:
+    """Case (f)'s horizon instances: the shipped scenarios, variants of the default none of the
+    settings were chosen on (a third of its rate, another model), and with ``fleet`` the
+    6,976-chip fleet (whose file sets ``restarts = true``; here both settings are run)."""
+    from headline import variant
+
+    from neuscale_opt.instance import ModelChoice, load_instance
+
+    inst = ROOT / "instances"
+    default = load_instance(inst / "default.toml")
+    out = [
+        ("default", default),
+        ("azure-conv", load_instance(inst / "azure-conv.toml")),
+        ("horizon/azure-code", load_instance(inst / "horizon" / "azure-code.toml")),
+        ("default, rate_scale 3", variant(default, workload=default.workload.model_copy(update={"rate_scale": 3.0}))),
+        ("default Qwen3-32B", variant(default, model=ModelChoice(name="Qwen3-32B"))),
+    ]
+    if fleet:
+        out.append(("fleet", load_instance(inst / "fleet.toml")))
+    return out
+
+
+#: case (f) also plans ``instances/fleet.toml`` (``--fleet``; about 2 min more)
+RESTART_FLEET = [False]
+
+
+def bench_restarts(repeat: int) -> dict[str, Any]:
+    """(f) HiGHS's restarts in the windows: each plan (energy and cost) with ``restarts`` off (the
+    horizon default) and on, interleaved; the windows' HiGHS seconds (medians over ``repeat``) and
+    whether the two plans reach the same objective."""
+    from neuscale_opt.candidates import build_coefficients
+
+    at = load()
+    plans = []
+    for name, inst in restart_cases(RESTART_FLEET[0]):
+        coeffs = build_coefficients(inst)
+        for objective in ("energy", "cost"):
+            secs: dict[bool, list[float]] = {False: [], True: []}
+            objs: dict[bool, float] = {}
+            for _ in range(repeat):
+                for restarts in (False, True):
+                    opts = PlanOptions.from_instance(inst).replace(objective=objective, restarts=restarts)
+                    with solve_log() as log:
+                        sol = plan_horizon(inst, "milp", coeffs=coeffs, options=opts)
+                    secs[restarts].append(sum(r["seconds"] for r in log))
+                    objs[restarts] = float(sol.objective_value)
+            off, on = statistics.median(secs[False]), statistics.median(secs[True])
+            plans.append(
+                {
+                    "instance": name,
+                    "objective": objective,
+                    "solve_s_off": round(off, 2),
+                    "solve_s_on": round(on, 2),
+                    "on_over_off": round(on / max(off, 1e-9), 2),
+                    "same_objective": abs(objs[False] - objs[True]) <= 1e-6 * max(1.0, abs(objs[True])),
+                    "gap": opts.mip_gap,
+                }
+            )
+            print(json.dumps(plans[-1]), file=sys.stderr, flush=True)
+    return {
+        "case": "(f) windows' HiGHS seconds with restarts off (default) and on",
+        "load": at,
+        "solve_s_off": round(sum(p["solve_s_off"] for p in plans), 2),
+        "solve_s_on": round(sum(p["solve_s_on"] for p in plans), 2),
+        "plans": plans,
+    }
+
+
+CASES = {"a": bench_default, "b": bench_day, "c": bench_bound, "d": bench_out, "e": bench_nodes, "f": bench_restarts}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", default="a,b,c,d,e", help="comma-separated cases among a, b, c, d, e")
+    ap.add_argument("--only", default="a,b,c,d,e,f", help="comma-separated cases among a, b, c, d, e, f")
+    ap.add_argument("--fleet", action="store_true", help="case (f): plan instances/fleet.toml as well")
     ap.add_argument("--json", default=None, help="write the results as JSON to this path")
     ap.add_argument("--instances", default="", help="case (e): comma-separated shipped instances (default: all)")
     args = ap.parse_args()
     NODE_INSTANCES[:] = [n for n in args.instances.split(",") if n]
+    RESTART_FLEET[0] = args.fleet
     results = []
     for key in args.only.split(","):
         res = CASES[key.strip()](args.repeat)

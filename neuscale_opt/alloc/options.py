@@ -125,10 +125,11 @@ class PlanOptions:
         HiGHS's restarts after the root node (``mip_allow_restart``). ``None`` (the default): off
         in the windows of a horizon plan (``horizon.context.horizon_options``), on elsewhere. The
         windows are small MIPs whose roots HiGHS restarts up to six times with little gain: with
-        restarts off, the 318 window MIPs of 23 horizon plans (the shipped scenarios and unseen
-        variants, ``benchmarks/bench_horizon.py``) solve 17-32 % faster, to the same optima. The
-        large 1 %-gap windows of ``instances/fleet.toml`` are the exception (one first window
-        needs 1,135 nodes without them, 1 with), so that instance turns them on.
+        restarts off the 318 window MIPs of 23 horizon plans (the shipped scenarios and unseen
+        variants), re-solved alone, take 17-32 % less time to the same optima, and whole plans
+        0.83-1.40x (1.13x summed) less (``benchmarks/bench_horizon.py`` (f)). The large 1 %-gap
+        windows of ``instances/fleet.toml`` are the exception (one first window needs 1,135 nodes
+        without them, 1 with), so that instance turns them on.
     solver_log:
         Stream the solver's log to stderr.
     save_lp, save_mps:
