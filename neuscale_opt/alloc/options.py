@@ -123,13 +123,8 @@ class PlanOptions:
         of its budget (:meth:`solve_time_limit`).
     restarts:
         HiGHS's restarts after the root node (``mip_allow_restart``). ``None`` (the default): off
-        in the windows of a horizon plan (``horizon.context.horizon_options``), on elsewhere. The
-        windows are small MIPs whose roots HiGHS restarts up to six times with little gain: with
-        restarts off the 318 window MIPs of 23 horizon plans (the shipped scenarios and unseen
-        variants), re-solved alone, take 17-32 % less time to the same optima, and whole plans
-        0.83-1.40x (1.13x summed) less (``benchmarks/bench_horizon.py`` (f)). The large 1 %-gap
-        windows of ``instances/fleet.toml`` are the exception (one first window needs 1,135 nodes
-        without them, 1 with), so that instance turns them on.
+        in the windows of a horizon plan (``horizon.context.horizon_options``), on elsewhere; why,
+        with the measurements: ``formulations/allocation.md``, "Solver limits".
     solver_log:
         Stream the solver's log to stderr.
     save_lp, save_mps:

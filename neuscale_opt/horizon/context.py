@@ -127,12 +127,8 @@ def horizon_options(options: PlanOptions) -> PlanOptions:
     """The options of the horizon model: unserved demand is always allowed (priced by the penalty),
     because the coupling may keep a plan from reaching a sudden peak in time; HiGHS's restarts are
     off unless the options say otherwise (``PlanOptions.restarts``)."""
-    changes: dict = {}
-    if not options.allow_unserved:
-        changes["allow_unserved"] = True
-    if options.restarts is None:
-        changes["restarts"] = False
-    return options.replace(**changes) if changes else options
+    restarts = False if options.restarts is None else options.restarts
+    return options.replace(allow_unserved=True, restarts=restarts)
 
 
 def reconfiguration_coefficients(
