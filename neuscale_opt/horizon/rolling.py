@@ -531,6 +531,157 @@ def relaxation_bound(
     at 0, a tail request costing ``T min_k a_k``): the least objective of a plan that leaves nothing
     unserved, without the penalty. None also when no such schedule exists (the LP is infeasible:
     the fleet cannot cover the demand under the coupling rules)."""
+    bound, res = _full_horizon_bound(coeffs, options, params, planned, inventory, prepared, serve_all, relax=True)
+    return bound if res.status == "optimal" else None
+
+
+@dataclass(frozen=True)
+class HorizonBound:
+    """What :func:`integer_bound` proved: ``value`` (the full-horizon MILP's proven bound plus the
+    tail classes' least cost; None when the solve proved nothing: infeasible, or no bound), the
+    solve's ``status``, ``incumbent`` (its best schedule's objective, tail added; NaN without one),
+    ``gap`` and ``nodes``."""
+
+    value: float | None
+    status: str
+    incumbent: float
+    gap: float
+    nodes: int
+
+
+def integer_bound(
+    coeffs: Coefficients,
+    options: PlanOptions,
+    params: HorizonParams,
+    planned: dict[tuple[str, int], float],
+    inventory: dict[tuple[str, int], float],
+    serve_all: bool = False,
+) -> HorizonBound:
+    """The proven lower bound of the full-horizon *integer* model on ``planned`` (the model of
+    :func:`relaxation_bound`, ``held_if_used`` included, with n integer), under the options' work
+    and time limits: the solver's best bound when it stops, optimal or not, which is at least the
+    LP relaxation's optimum and closes the vPod rounding the LP leaves open. ``serve_all`` as in
+    :func:`relaxation_bound`. Costs a branch-and-bound search over every epoch at once, so it is
+    meant for benchmarks' ceilings, not for the plan's reported bound."""
+    bound, res = _full_horizon_bound(coeffs, options, params, planned, inventory, None, serve_all, relax=False)
+    extra = 0.0 if bound is None or not math.isfinite(res.bound) else bound - float(res.bound)
+    incumbent = float(res.objective) + extra if res.has_plan and math.isfinite(res.objective) else math.nan
+    proven = bound is not None and math.isfinite(incumbent)
+    gap = (incumbent - bound) / max(abs(incumbent), 1e-9) if proven else math.nan
+    return HorizonBound(bound, res.status, incumbent, gap, int(res.nodes))
+
+
+@dataclass(frozen=True)
+class RatioBound:
+    """What :func:`ratio_bound` proved: ``value``, an upper bound on output tokens served per
+    objective unit (J, USD, kg) of every schedule that serves at least the given share of the
+    requests (None: no such schedule), the share of requests and the tokens the maximiser of the
+    relaxation serves, and the Dinkelbach iterations (LP solves) it took."""
+
+    value: float | None
+    served_share: float
+    tokens: float
+    iterations: int
+
+
+def ratio_bound(
+    coeffs: Coefficients,
+    options: PlanOptions,
+    params: HorizonParams,
+    planned: dict[tuple[str, int], float],
+    inventory: dict[tuple[str, int], float],
+    tokens: dict[tuple[str, int], float],
+    requests: dict[tuple[str, int], float],
+    min_served: float,
+    rel_tol: float = 1e-9,
+    max_iterations: int = 50,
+) -> RatioBound:
+    """An upper bound on the output tokens served per objective unit of every schedule under the
+    coupling rules that serves at least ``min_served`` of the requests (``formulations/horizon.md``,
+    "Ratio ceiling").
+
+    ``planned`` is the demand the model sizes for (req/s per class and epoch); ``tokens`` and
+    ``requests`` are the offered output tokens and requests of each (class, epoch) (the trace's).
+    A schedule that leaves s_{b,t} of d_{b,t} unserved is credited the share 1 - s/d of that
+    class-epoch's tokens and requests (the model's accounting: what it sizes for a class, it
+    serves in proportion). The largest ratio over the LP relaxation of the full-horizon model
+    (``held_if_used`` added, the penalty replaced by the tokens lost) is found by Dinkelbach's
+    iteration, lambda <- N(x)/D(x) with x minimising D - N / lambda, exact for a linear-fractional
+    program; since every integer schedule is a point of the relaxation, its ratio is at most that
+    value. Tail classes (no group of their own) count as served in the share and add their tokens
+    where that raises the ratio, each at its least cost ``T min_k a_k``. Requests of a (class,
+    epoch) the model sizes nothing for count as unserved."""
+    import pyomo.environ as pyo
+
+    opts = horizon_options(options)
+    model_dem, tail = split_tail(planned, list(coeffs.epochs), tail_rate(opts))
+    ctx = build_window(coeffs, opts, params, list(coeffs.epochs), model_dem, inventory, None, None)
+    m = build_model(ctx)
+    add_held_if_used(m, ctx)
+    pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
+    a_min = ctx.configs.groupby("bucket")["var_obj_per_req"].min().astype(float).to_dict()
+    items = [  # tail class-epochs: (tokens, least cost)
+        (float(tokens.get((b, t), 0.0)), ctx.epoch_s * a_min.get(b, math.inf) * r)
+        for t, rates in tail.items()
+        for b, r in rates.items()
+        if r > 0
+    ]
+    lost = {k: float(tokens.get(k, 0.0)) / d for k, d in ctx.demand.items() if d > 0}
+    share = {k: float(requests.get(k, 0.0)) / d for k, d in ctx.demand.items() if d > 0}
+    total_req = float(sum(requests.values()))
+    tail_keys = {(b, t) for t, rates in tail.items() for b, r in rates.items() if r > 0}
+    never = sum(v for k, v in requests.items() if k not in share and k not in tail_keys)  # sized for nothing
+    budget = (1.0 - min_served) * total_req - never
+    if total_req <= 0 or budget < -1e-9 * max(total_req, 1.0):
+        return RatioBound(None, math.nan, math.nan, 0)
+    m.served_share = pyo.Constraint(expr=sum(share[k] * m.unserved[k] for k in share) <= max(budget, 0.0))
+    offered = sum(float(tokens.get(k, 0.0)) for k in share)
+    base = m.served_term + m.held_term + m.reconfig_term
+    lam, it, x_tokens, x_unserved = 0.0, 0, math.nan, math.nan
+    while it < max_iterations:
+        it += 1
+        if lam > 0:
+            expr = base + (1.0 / lam) * sum(lost[k] * m.unserved[k] for k in lost)
+        else:  # the first point: the least objective at the share (lambda = infinity)
+            expr = base
+        m.total_objective.set_value(expr)
+        res = solve_model(m, opts.start_budget("per-window"))
+        if res.status != "optimal":
+            return RatioBound(None, math.nan, math.nan, it)
+        s = res.values.get("unserved", {})
+        n_tok = offered - sum(lost[k] * s.get(k, 0.0) for k in lost)
+        d_obj = float(pyo.value(base))
+        if lam > 0:
+            picked = [(tk, c) for tk, c in items if tk - lam * c > 0]
+        else:
+            picked = []
+        n_tok += sum(tk for tk, _c in picked)
+        d_obj += sum(c for _tk, c in picked)
+        if not d_obj > 0:
+            return RatioBound(None, math.nan, math.nan, it)
+        new = n_tok / d_obj
+        x_tokens, x_unserved = n_tok, sum(share[k] * s.get(k, 0.0) for k in share)
+        # F(lam) = min D - N / lam; F(lam) >= 0 (to tolerance) proves lam is the largest ratio
+        if lam > 0 and new <= lam * (1.0 + rel_tol):
+            break
+        lam = new
+    served = 1.0 - (x_unserved + never) / total_req
+    return RatioBound(lam * (1.0 + rel_tol), served, x_tokens, it)
+
+
+def _full_horizon_bound(
+    coeffs: Coefficients,
+    options: PlanOptions,
+    params: HorizonParams,
+    planned: dict[tuple[str, int], float],
+    inventory: dict[tuple[str, int], float],
+    prepared: Any,
+    serve_all: bool,
+    relax: bool,
+) -> tuple[float | None, Any]:
+    """The full-horizon model on ``planned`` (``held_if_used`` added; relaxed when ``relax``;
+    unserved fixed at 0 when ``serve_all``) solved: (its proven bound plus the tail classes' least
+    cost, or None when there is none, and the solve's result)."""
     import pyomo.environ as pyo
 
     opts = horizon_options(options)
@@ -538,19 +689,20 @@ def relaxation_bound(
     ctx = build_window(coeffs, opts, params, list(coeffs.epochs), model_dem, inventory, None, prepared)
     m = build_model(ctx)
     add_held_if_used(m, ctx)
-    pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
+    if relax:
+        pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
     if serve_all:
         for v in m.unserved.values():
             v.fix(0.0)
     res = solve_model(m, opts.start_budget("per-window"))
-    if res.status != "optimal" or not math.isfinite(res.bound):
-        return None
+    if res.status == "infeasible" or not math.isfinite(res.bound):
+        return None, res
     a_min = ctx.configs.groupby("bucket")["var_obj_per_req"].min().astype(float).to_dict()
     least = {b: min(a_min.get(b, math.inf), math.inf if serve_all else ctx.penalty_per_req) for b in ctx.buckets}
     if serve_all and any(math.isinf(least[b]) for rates in tail.values() for b, r in rates.items() if r > 0):
-        return None
+        return None, res
     tail_cost = sum(ctx.epoch_s * least[b] * r for rates in tail.values() for b, r in rates.items())
-    return float(res.bound) + tail_cost
+    return float(res.bound) + tail_cost, res
 
 
 # ----------------------------------------------------------------------------------------------

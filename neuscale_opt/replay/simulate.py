@@ -172,6 +172,20 @@ def request_buckets(trace: pd.DataFrame, inst: Instance) -> np.ndarray:
     return pd.Categorical(cat.astype(str), categories=names).codes.astype(np.int64)
 
 
+def offered_by_class(trace: pd.DataFrame, inst: Instance) -> tuple[dict[tuple[str, int], float], dict]:
+    """The trace's offered output tokens and requests per (class, epoch), as the replay counts them
+    (classes by :func:`request_buckets`, epoch = arrival // ``epochs.length_s``): the numbers a
+    ceiling over the served share (``horizon.rolling.ratio_bound``) credits."""
+    names = instance_bucket_names(inst)
+    code = request_buckets(trace, inst)
+    epoch = (trace["arrival_s"].to_numpy(np.float64) // float(inst.epochs.length_s)).astype(np.int64)
+    frame = pd.DataFrame({"b": code, "t": epoch, "out": trace["output_tokens"].to_numpy(np.float64)})
+    agg = frame.groupby(["b", "t"], sort=True)["out"].agg(["sum", "size"])
+    tokens = {(names[int(b)], int(t)): float(v) for (b, t), v in agg["sum"].items()}
+    requests = {(names[int(b)], int(t)): float(v) for (b, t), v in agg["size"].items()}
+    return tokens, requests
+
+
 def admission_share(plan: Plan) -> dict[tuple[int, str], float]:
     """``admission_share`` (``formulations/allocation.md``, "Unserved demand"): the share of the
     arrivals of class ``b`` in epoch ``e`` the plan serves, ``a_{b,e} = r_{b,e} / (r_{b,e} +

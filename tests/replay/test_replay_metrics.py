@@ -105,3 +105,24 @@ def test_moe_weight_streaming_per_request_matches_a_one_vpod_replay(load):
     n = len(trace)
     assert busy[0] == pytest.approx(res.totals["energy_busy_j"] / n, rel=0.12)
     assert marginal[0] == pytest.approx(res.totals["energy_marginal_j"] / n, rel=0.03)
+
+
+def test_offered_by_class_counts_each_class_and_epoch_as_the_replay_does():
+    from replay_builders import tiny_instance, trace_of
+
+    from neuscale_opt.replay.simulate import offered_by_class
+
+    inst = tiny_instance(epochs=2, length_s=100.0)
+    trace = trace_of(
+        [
+            (5.0, 512, 100, "a"),
+            (99.9, 512, 30, "a"),
+            (100.0, 512, 7, "a"),
+            (40.0, 2048, 256, "b"),
+            (150.0, 2048, 1, "b"),
+        ]
+    )
+    tokens, requests = offered_by_class(trace, inst)
+    # epoch = arrival // 100 s: a request at exactly 100 s opens epoch 1
+    assert tokens == {("a", 0): 130.0, ("a", 1): 7.0, ("b", 0): 256.0, ("b", 1): 1.0}
+    assert requests == {("a", 0): 2.0, ("a", 1): 1.0, ("b", 0): 1.0, ("b", 1): 1.0}
