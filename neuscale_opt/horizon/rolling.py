@@ -610,7 +610,9 @@ def ratio_bound(
     program; since every integer schedule is a point of the relaxation, its ratio is at most that
     value. Tail classes (no group of their own) count as served in the share and add their tokens
     where that raises the ratio, each at its least cost ``T min_k a_k``. Requests of a (class,
-    epoch) the model sizes nothing for count as unserved."""
+    epoch) the model sizes nothing for count as unserved. ``value`` is None when no schedule serves
+    the share, an LP does not solve to optimality or the iteration does not converge within
+    ``max_iterations``."""
     import pyomo.environ as pyo
 
     opts = horizon_options(options)
@@ -665,6 +667,8 @@ def ratio_bound(
         if lam > 0 and new <= lam * (1.0 + rel_tol):
             break
         lam = new
+    else:  # not converged: the last lambda is a ratio reached, not a bound
+        return RatioBound(None, math.nan, math.nan, it)
     served = 1.0 - (x_unserved + never) / total_req
     return RatioBound(lam * (1.0 + rel_tol), served, x_tokens, it)
 
