@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d,e,f] [--fleet] [--json PATH]``
 
 (a) The default instance's 12-epoch plan, exactly what ``neuscale-opt plan`` runs on it (pooled,
-    pattern placement, rolling 6-epoch windows on last-peak forecasts, with its bound): wall and
+    pattern placement, rolling windows on the instance's forecasts, with its bound): wall and
     CPU seconds, split into the windows' solves and the bound. Target: < 10 s.
 (b) A 288-epoch day (the ServeGen daily shape of ``instances/data/servegen_bailian_rate_10min.csv``,
     first 24 h, each 600-s window two 300-s epochs, on two Llama-3-8B classes and a small
@@ -185,6 +185,17 @@ Run: ``.venv/bin/python benchmarks/bench_horizon.py [--repeat N] [--only a,b,c,d
     windows' HiGHS time 10.7 s then), the same plan (e3537222...16516a); (b) 7.9 s, the same plan (24c9d633...89e26).
     The consistency and headline benchmarks were rerun: the same verdicts (10 criteria met), a few
     plans now end on other equal-cost window optima (azure-conv x1 cost, rolling: 129 -> 120.6 USD).
+
+The shipped forecaster (2026-12-04, load about 1; ``formulations/horizon.md``, "Shipped
+forecaster"): ``instances/default.toml`` now plans on the quantile forecast instead of last-peak,
+so (a) and (d) measure another plan. (a) 3.97 s wall (median of 3; the windows' HiGHS time 3.2 s,
+first window 43 nodes, the rest at most 7), objective 125,010,787 J against 143,680,917, bound
+123,755,012 (gap 1.0 % against 8.5 %), rows SHA-256 29239e01...61218 (the same every run); (b)
+6.8 s, the same plan (24c9d633...89e26: it keeps last-peak); (d) 16.7, 17.1, 18.3 s (median
+17.0 s, 29.9 CPU-seconds) against 20.5 s and 37.4 CPU-seconds for the last-peak plan that morning.
+What is left of (d) is about 30 CPU-seconds on two cores: the oracle baseline 8.9 s (6.4 s of
+HiGHS, its first window 2.5 s), four replays 2.2-2.7 s each, the figures about 4 s, the plan 4 s,
+start-up 1.6 s: the 12-s target needs about a fifth of that work cut, not more parallelism.
 
 Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
 the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
