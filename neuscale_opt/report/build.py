@@ -1004,11 +1004,13 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
         text.append(f"Status `{plan['status']}`: objective {fmt(float(obj) * scale)} {shown}; no bound.")
     if "oracle" in baselines:
         text.append(
-            "Full-horizon reference: the `oracle` row of the [comparison](#compare) solves the horizon with "
-            "the actual demand (known in advance); its distance to the plan is what forecasting costs."
+            "Perfect-forecast reference: the `oracle` row of the [comparison](#compare) is planned the same way "
+            "on each epoch's provisioned demand, known in advance; its distance to the plan is what forecasting "
+            "costs (or saves, where the forecast sizes below the provisioned peaks and the replay still meets "
+            "the SLO)."
         )
     elif rolling:
-        text.append("Full-horizon bound: not computed (run `--method oracle` for the perfect-forecast plan).")
+        text.append("Perfect-forecast reference: not planned (run `--method oracle` for the perfect-forecast plan).")
     verdict = "feasible" if evaluation.feasible else "VIOLATIONS: " + "; ".join(evaluation.violations[:5])
     text.append(
         f"Independent evaluation (constraints re-checked, energy and money accounted on the planned demand): {verdict}."
