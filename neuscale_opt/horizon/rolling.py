@@ -615,13 +615,8 @@ def ratio_bound(
     ``max_iterations``."""
     import pyomo.environ as pyo
 
-    opts = horizon_options(options)
-    model_dem, tail = split_tail(planned, list(coeffs.epochs), tail_rate(opts))
-    ctx = build_window(coeffs, opts, params, list(coeffs.epochs), model_dem, inventory, None, None)
-    m = build_model(ctx)
-    add_held_if_used(m, ctx)
-    pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
-    a_min = ctx.configs.groupby("bucket")["var_obj_per_req"].min().astype(float).to_dict()
+    opts, ctx, m, tail = _full_horizon_model(coeffs, options, params, planned, inventory, None, relax=True)
+    a_min = _least_cost_per_request(ctx)
     items = [  # tail class-epochs: (tokens, least cost)
         (float(tokens.get((b, t), 0.0)), ctx.epoch_s * a_min.get(b, math.inf) * r)
         for t, rates in tail.items()
@@ -673,6 +668,35 @@ def ratio_bound(
     return RatioBound(lam * (1.0 + rel_tol), served, x_tokens, it)
 
 
+def _full_horizon_model(
+    coeffs: Coefficients,
+    options: PlanOptions,
+    params: HorizonParams,
+    planned: dict[tuple[str, int], float],
+    inventory: dict[tuple[str, int], float],
+    prepared: Any,
+    relax: bool,
+) -> tuple[PlanOptions, WindowContext, Any, dict]:
+    """The full-horizon model of the bounds on ``planned`` without its tail classes (every epoch,
+    warm start, ``held_if_used`` added; integrality relaxed when ``relax``): (the horizon options,
+    the window context, the model, the tail classes by epoch)."""
+    import pyomo.environ as pyo
+
+    opts = horizon_options(options)
+    model_dem, tail = split_tail(planned, list(coeffs.epochs), tail_rate(opts))
+    ctx = build_window(coeffs, opts, params, list(coeffs.epochs), model_dem, inventory, None, prepared)
+    m = build_model(ctx)
+    add_held_if_used(m, ctx)
+    if relax:
+        pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
+    return opts, ctx, m, tail
+
+
+def _least_cost_per_request(ctx: WindowContext) -> dict[str, float]:
+    """min_k a_k per class: the least objective a request of the class adds when served."""
+    return ctx.configs.groupby("bucket")["var_obj_per_req"].min().astype(float).to_dict()
+
+
 def _full_horizon_bound(
     coeffs: Coefficients,
     options: PlanOptions,
@@ -686,22 +710,14 @@ def _full_horizon_bound(
     """The full-horizon model on ``planned`` (``held_if_used`` added; relaxed when ``relax``;
     unserved fixed at 0 when ``serve_all``) solved: (its proven bound plus the tail classes' least
     cost, or None when there is none, and the solve's result)."""
-    import pyomo.environ as pyo
-
-    opts = horizon_options(options)
-    model_dem, tail = split_tail(planned, list(coeffs.epochs), tail_rate(opts))
-    ctx = build_window(coeffs, opts, params, list(coeffs.epochs), model_dem, inventory, None, prepared)
-    m = build_model(ctx)
-    add_held_if_used(m, ctx)
-    if relax:
-        pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
+    opts, ctx, m, tail = _full_horizon_model(coeffs, options, params, planned, inventory, prepared, relax)
     if serve_all:
         for v in m.unserved.values():
             v.fix(0.0)
     res = solve_model(m, opts.start_budget("per-window"))
     if res.status == "infeasible" or not math.isfinite(res.bound):
         return None, res
-    a_min = ctx.configs.groupby("bucket")["var_obj_per_req"].min().astype(float).to_dict()
+    a_min = _least_cost_per_request(ctx)
     least = {b: min(a_min.get(b, math.inf), math.inf if serve_all else ctx.penalty_per_req) for b in ctx.buckets}
     if serve_all and any(math.isinf(least[b]) for rates in tail.values() for b, r in rates.items() if r > 0):
         return None, res
