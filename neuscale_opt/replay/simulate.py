@@ -172,13 +172,19 @@ def request_buckets(trace: pd.DataFrame, inst: Instance) -> np.ndarray:
     return pd.Categorical(cat.astype(str), categories=names).codes.astype(np.int64)
 
 
+def arrival_epochs(arrival: np.ndarray, epoch_s: float) -> np.ndarray:
+    """The epoch of each arrival time, ``floor(arrival / epoch_s)``: how the replay assigns requests
+    to epochs everywhere (admission, the per-epoch tables, the offered counts)."""
+    return np.floor(np.asarray(arrival, dtype=np.float64) / float(epoch_s)).astype(np.int64)
+
+
 def offered_by_class(trace: pd.DataFrame, inst: Instance) -> tuple[dict[tuple[str, int], float], dict]:
     """The trace's offered output tokens and requests per (class, epoch), as the replay counts them
-    (classes by :func:`request_buckets`, epoch = arrival // ``epochs.length_s``): the numbers a
+    (classes by :func:`request_buckets`, epochs by :func:`arrival_epochs`): the numbers a
     ceiling over the served share (``horizon.rolling.ratio_bound``) credits."""
     names = instance_bucket_names(inst)
     code = request_buckets(trace, inst)
-    epoch = (trace["arrival_s"].to_numpy(np.float64) // float(inst.epochs.length_s)).astype(np.int64)
+    epoch = arrival_epochs(trace["arrival_s"].to_numpy(np.float64), inst.epochs.length_s)
     frame = pd.DataFrame({"b": code, "t": epoch, "out": trace["output_tokens"].to_numpy(np.float64)})
     agg = frame.groupby(["b", "t"], sort=True)["out"].agg(["sum", "size"])
     tokens = {(names[int(b)], int(t)): float(v) for (b, t), v in agg["sum"].items()}
@@ -235,7 +241,7 @@ def admitted_mask(
     n = len(arrival)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    ep = np.floor(arrival / epoch_s).astype(np.int64)
+    ep = arrival_epochs(arrival, epoch_s)
     nb = len(names)
     key = ep * nb + bcode
     code = {b: i for i, b in enumerate(names)}
@@ -550,7 +556,7 @@ def _account(
 
     # per epoch of arrival
     length = inst.epochs.length_s
-    ep = np.floor(arrival / length).astype(np.int64) if len(arrival) else np.zeros(0, np.int64)
+    ep = arrival_epochs(arrival, length)
     n_ep = max(plan.n_epochs, int(ep.max()) + 1 if len(ep) else 0)
     cnt = np.bincount(ep, minlength=n_ep)
     good = np.bincount(ep, weights=met.astype(np.float64), minlength=n_ep)
