@@ -166,11 +166,10 @@ def run_case(case: Case, methods: list[str] | None = None) -> list[Run]:
     base_opts = PlanOptions.from_instance(inst)
     params = HorizonParams.from_instance(inst)
     inv = instance_inventory(coeffs, inst.inventory_events)
+    demand = actual_demand(coeffs)  # what the instance provisions for: every ceiling's demand
     runs: list[Run] = []
     bounds = {
-        objective: relaxation_bound(
-            coeffs, base_opts.replace(objective=objective), params, actual_demand(coeffs), inv, serve_all=True
-        )
+        objective: relaxation_bound(coeffs, base_opts.replace(objective=objective), params, demand, inv, serve_all=True)
         for objective in OBJECTIVES
     }
 
@@ -229,7 +228,7 @@ def run_case(case: Case, methods: list[str] | None = None) -> list[Run]:
             coeffs,
             base_opts.replace(objective=objective, node_limit=INTEGER_NODES, time_limit_s=INTEGER_SECONDS),
             params,
-            actual_demand(coeffs),
+            demand,
             inv,
             serve_all=True,
         )
@@ -258,7 +257,7 @@ def run_case(case: Case, methods: list[str] | None = None) -> list[Run]:
                 coeffs,
                 base_opts.replace(objective=objective),
                 params,
-                actual_demand(coeffs),
+                demand,
                 inv,
                 tokens,
                 requests,

@@ -531,7 +531,8 @@ def relaxation_bound(
     at 0, a tail request costing ``T min_k a_k``): the least objective of a plan that leaves nothing
     unserved, without the penalty. None also when no such schedule exists (the LP is infeasible:
     the fleet cannot cover the demand under the coupling rules)."""
-    bound, res = _full_horizon_bound(coeffs, options, params, planned, inventory, prepared, serve_all, relax=True)
+    built = _full_horizon_model(coeffs, options, params, planned, inventory, prepared, relax=True)
+    bound, res = _solved_bound(built, serve_all)
     return bound if res.status == "optimal" else None
 
 
@@ -563,7 +564,8 @@ def integer_bound(
     LP relaxation's optimum and closes the vPod rounding the LP leaves open. ``serve_all`` as in
     :func:`relaxation_bound`. Costs a branch-and-bound search over every epoch at once, so it is
     meant for benchmarks' ceilings, not for the plan's reported bound."""
-    bound, res = _full_horizon_bound(coeffs, options, params, planned, inventory, None, serve_all, relax=False)
+    built = _full_horizon_model(coeffs, options, params, planned, inventory, None, relax=False)
+    bound, res = _solved_bound(built, serve_all)
     extra = 0.0 if bound is None or not math.isfinite(res.bound) else bound - float(res.bound)
     incumbent = float(res.objective) + extra if res.has_plan and math.isfinite(res.objective) else math.nan
     proven = bound is not None and math.isfinite(incumbent)
@@ -617,17 +619,16 @@ def ratio_bound(
 
     opts, ctx, m, tail = _full_horizon_model(coeffs, options, params, planned, inventory, None, relax=True)
     a_min = _least_cost_per_request(ctx)
-    items = [  # tail class-epochs: (tokens, least cost)
-        (float(tokens.get((b, t), 0.0)), ctx.epoch_s * a_min.get(b, math.inf) * r)
+    items = {  # tail class-epochs: (tokens, least cost)
+        (b, t): (float(tokens.get((b, t), 0.0)), ctx.epoch_s * a_min.get(b, math.inf) * r)
         for t, rates in tail.items()
         for b, r in rates.items()
         if r > 0
-    ]
+    }
     lost = {k: float(tokens.get(k, 0.0)) / d for k, d in ctx.demand.items() if d > 0}
     share = {k: float(requests.get(k, 0.0)) / d for k, d in ctx.demand.items() if d > 0}
     total_req = float(sum(requests.values()))
-    tail_keys = {(b, t) for t, rates in tail.items() for b, r in rates.items() if r > 0}
-    never = sum(v for k, v in requests.items() if k not in share and k not in tail_keys)  # sized for nothing
+    never = sum(v for k, v in requests.items() if k not in share and k not in items)  # sized for nothing
     budget = (1.0 - min_served) * total_req - never
     if total_req <= 0 or budget < -1e-9 * max(total_req, 1.0):
         return RatioBound(None, math.nan, math.nan, 0)
@@ -648,10 +649,7 @@ def ratio_bound(
         s = res.values.get("unserved", {})
         n_tok = offered - sum(lost[k] * s.get(k, 0.0) for k in lost)
         d_obj = float(pyo.value(base))
-        if lam > 0:
-            picked = [(tk, c) for tk, c in items if tk - lam * c > 0]
-        else:
-            picked = []
+        picked = [(tk, c) for tk, c in items.values() if lam > 0 and tk - lam * c > 0]
         n_tok += sum(tk for tk, _c in picked)
         d_obj += sum(c for _tk, c in picked)
         if not d_obj > 0:
@@ -697,20 +695,11 @@ def _least_cost_per_request(ctx: WindowContext) -> dict[str, float]:
     return ctx.configs.groupby("bucket")["var_obj_per_req"].min().astype(float).to_dict()
 
 
-def _full_horizon_bound(
-    coeffs: Coefficients,
-    options: PlanOptions,
-    params: HorizonParams,
-    planned: dict[tuple[str, int], float],
-    inventory: dict[tuple[str, int], float],
-    prepared: Any,
-    serve_all: bool,
-    relax: bool,
-) -> tuple[float | None, Any]:
-    """The full-horizon model on ``planned`` (``held_if_used`` added; relaxed when ``relax``;
-    unserved fixed at 0 when ``serve_all``) solved: (its proven bound plus the tail classes' least
-    cost, or None when there is none, and the solve's result)."""
-    opts, ctx, m, tail = _full_horizon_model(coeffs, options, params, planned, inventory, prepared, relax)
+def _solved_bound(built: tuple[PlanOptions, WindowContext, Any, dict], serve_all: bool) -> tuple[float | None, Any]:
+    """A model of :func:`_full_horizon_model` solved (unserved fixed at 0 when ``serve_all``): (its
+    proven bound plus the tail classes' least cost, or None when there is none, and the solve's
+    result)."""
+    opts, ctx, m, tail = built
     if serve_all:
         for v in m.unserved.values():
             v.fix(0.0)
