@@ -24,6 +24,15 @@ for name, kind in re.findall(r"^#### `(\w+)` \((\w+)\)", DOC, flags=re.M):
 PLACEMENT_ONLY = {"set": {"PLACED_SHAPES"}, "expression": {"placed_vpods"}, "block": {"placement"}}
 #: Components built only by the relaxation bound of a rolling plan (``rolling.relaxation_bound``).
 BOUND_ONLY = {"set": {"USED"}, "constraint": {"held_if_used"}}
+#: Built only by the ratio ceiling (``rolling.ratio_bound``), on top of the bound's components.
+CEILING_ONLY = {"constraint": {"served_share"}}
+
+
+def _not_in_windows(kind: str) -> set[str]:
+    """Documented components a window MILP never builds (the bounds' own)."""
+    return BOUND_ONLY.get(kind, set()) | CEILING_ONLY.get(kind, set())
+
+
 PLACEMENT_DOC = (ROOT / "formulations" / "placement.md").read_text()
 _SECTION4 = PLACEMENT_DOC.split("## 4.", 1)[1].split("\n## ", 1)[0]
 PLACEMENT_IDS = set(re.findall(r"^\| `(\w+)` \|", _SECTION4, flags=re.M))
@@ -73,9 +82,7 @@ def _placed_model(placement: str):
 def test_document_and_model_name_the_same_components():
     ids = component_ids(_full_model())
     for kind in KINDS:
-        assert ids[kind] == DOC_IDS.get(kind, set()) - PLACEMENT_ONLY.get(kind, set()) - BOUND_ONLY.get(kind, set()), (
-            kind
-        )
+        assert ids[kind] == DOC_IDS.get(kind, set()) - PLACEMENT_ONLY.get(kind, set()) - _not_in_windows(kind), kind
 
 
 @pytest.mark.parametrize("placement", ["pattern", "exact"])
@@ -83,7 +90,7 @@ def test_document_and_placed_model_name_the_same_components(placement):
     ids = component_ids(_placed_model(placement))
     built = component_ids(_full_model())
     for kind in KINDS:
-        assert ids[kind] | built[kind] == DOC_IDS.get(kind, set()) - BOUND_ONLY.get(kind, set()), kind
+        assert ids[kind] | built[kind] == DOC_IDS.get(kind, set()) - _not_in_windows(kind), kind
         assert PLACEMENT_ONLY.get(kind, set()) <= ids[kind]
 
 
@@ -121,7 +128,7 @@ def test_placement_none_builds_no_placement_component():
 def test_every_builder_creates_its_component():
     names = {b.__name__.removeprefix("add_") for b in CONSTRAINT_BUILDERS}
     # placement is a block (of per-epoch sub-blocks), the other families are constraints
-    assert names == (DOC_IDS["constraint"] - BOUND_ONLY["constraint"]) | DOC_IDS["block"]
+    assert names == (DOC_IDS["constraint"] - _not_in_windows("constraint")) | DOC_IDS["block"]
     for b in CONSTRAINT_BUILDERS:
         assert b.__doc__.lstrip().startswith("**Constraint Name**: " + b.__name__.removeprefix("add_"))
         assert f"`{b.__name__}`" in DOC
@@ -150,3 +157,32 @@ def test_the_relaxation_bound_adds_only_its_documented_components():
     after = component_ids(m)
     for kind in KINDS:
         assert after[kind] - before[kind] == BOUND_ONLY.get(kind, set()), kind
+
+
+def test_the_ratio_ceiling_adds_only_its_documented_components(monkeypatch):
+    from neuscale_opt.horizon import instance_inventory, rolling
+    from neuscale_opt.horizon.model import add_held_if_used
+
+    seen = []
+    solve = rolling.solve_model
+
+    def spy(m, options):
+        seen.append(component_ids(m))
+        return solve(m, options)
+
+    monkeypatch.setattr(rolling, "solve_model", spy)
+    coeffs = one_class([20.0, 20.0, 20.0], inventory={"x": 5, "y": 10}, second=True)
+    dem = actual_demand(coeffs)
+    tokens = {(b, t): 100.0 * r for (b, t), r in dem.items()}
+    got = rolling.ratio_bound(coeffs, OPTS, HorizonParams(), dem, instance_inventory(coeffs), tokens, tokens, 0.5)
+    assert got.value is not None and seen
+    ctx = build_window(coeffs, OPTS, HorizonParams(), list(coeffs.epochs), dem, instance_inventory(coeffs))
+    m = build_model(ctx)
+    before = component_ids(m)
+    add_held_if_used(m, ctx)
+    bound = component_ids(m)
+    for ids in seen:
+        for kind in KINDS:
+            assert ids[kind] - before[kind] == BOUND_ONLY.get(kind, set()) | CEILING_ONLY.get(kind, set()), kind
+            assert bound[kind] <= ids[kind], kind
+    assert "#### `served_share` (constraint)" in DOC
