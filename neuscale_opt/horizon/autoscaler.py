@@ -16,7 +16,12 @@ past:
    (serving another class) that has room; (iii) grows its groups in order of efficiency
    e_k = h_g / (c_k T) + a_k, each up to its growth limit and the chips left, failing over to the
    next configuration (typically the next generation) when either runs out. A created vPod serves
-   (1 - delta) of the epoch. What is left is unserved.
+   (1 - delta) of the epoch. What is left is unserved. Disaggregated serving: each (class, phase)
+   is a unit of this rule (ordered as the classes, prefill before decode at a tie) and walks the
+   configurations of its phase; a class's unserved rate is its largest shortfall over the two
+   phases, the other phase gives back what it served beyond that (last served first), and vPods
+   that leaves idle are released down to the floors of rule 2 (the epoch greedy's rule,
+   ``formulations/allocation.md``).
 4. **placement** (generations given as pods, ``placement`` not ``none``): every vPod is placed when it
    is created, first fit (:class:`~neuscale_opt.topology.greedy.FirstFitPlacer`, the greedy
    heuristic's rule), and never moved: a kept vPod keeps its position, a group that shrinks
@@ -46,7 +51,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from neuscale_opt.alloc.context import Prepared, prepare
+from neuscale_opt.alloc.context import Prepared, phases_for, prepare
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.alloc.placement import pod_order
 from neuscale_opt.alloc.solution import Solution
@@ -99,6 +104,8 @@ class _Epoch:
         self.x: dict[str, float] = {}
         self.route: dict[str, str] = {}
         self.served: dict[str, set[str]] = {}
+        #: (class, phase) -> (configuration, group, c_k) in the order served (:meth:`trim`)
+        self.trail: dict[tuple[str, str], list[tuple[str, str, float]]] = {}
 
     def room(self, g: str) -> float:
         """Spare capacity of group g (vPods' worth)."""
@@ -112,27 +119,43 @@ class _Epoch:
             self.load[g] = self.load.get(g, 0.0) + take / cap
             self.x[k.config_id] = self.x.get(k.config_id, 0.0) + take
             self.served.setdefault(g, set()).add(str(k.bucket))
+            self.trail.setdefault((str(k.bucket), str(k.phase)), []).append((k.config_id, g, cap))
             if g != k.group:
                 self.route[k.config_id] = g
         return take
 
+    def trim(self, bp: tuple[str, str], extra: float) -> None:
+        """Take ``extra`` req/s back from (class, phase) ``bp``, last served first (a request served
+        in one phase of disaggregated serving and not in the other is not served)."""
+        for cid, g, cap in reversed(self.trail.get(bp, [])):
+            if extra <= EPS:
+                break
+            cut = min(extra, self.x.get(cid, 0.0))
+            self.x[cid] -= cut
+            self.load[g] -= cut / cap
+            extra -= cut
+            if self.x[cid] <= EPS:
+                del self.x[cid]
+                self.route.pop(cid, None)
+
 
 def _route_tail(
     ep: _Epoch,
-    b: str,
+    bp: tuple[str, str],
     rate: float,
     by_type: dict[tuple[str, str], Any],
     group_type: dict[str, str],
     tokens: dict[str, float],
 ) -> float:
-    """Serve tail class ``b`` on held groups whose vPod type has a configuration for it, in the
-    order of :func:`neuscale_opt.alloc.tail.nearest_first`, if their spare capacity holds the whole
-    rate (then the rate, else nothing is placed and 0 is returned)."""
+    """Serve phase ``bp[1]`` of tail class ``bp[0]`` on held groups whose vPod type has a
+    configuration for it, in the order of :func:`neuscale_opt.alloc.tail.nearest_first`, if their
+    spare capacity holds the whole rate (then the rate, else nothing is placed and 0 is returned)."""
+    b, phase = bp
     options = []
     for g in ep.n:
         k = by_type.get((group_type[g], b))
         room = ep.room(g)
-        if k is None or ep.n[g] <= 0 or room <= EPS or g not in ep.served:
+        if k is None or str(k.phase) != phase or ep.n[g] <= 0 or room <= EPS or g not in ep.served:
             continue
         options.append((nearest_first(tokens, b, ep.served[g], room, g), k))
     if sum(max(ep.room(key[2]), 0.0) * float(k.cap_rps) for key, k in options) < rate * (1 - EPS):
@@ -177,9 +200,13 @@ def autoscale(
 
     eff = (cfg["held_obj_per_vpod"] / (cfg["cap_rps"] * t_s) + cfg["var_obj_per_req"]).astype(float)
     cfg = cfg.assign(_eff=eff.to_numpy())
-    rows_of: dict[str, list[Any]] = {b: [] for b in buckets}
+    # each (class, phase) of the serving mode walks its own configurations; disaggregated serving
+    # serves a class's rate in both phases (a request served in one only is not served)
+    phases = phases_for(opts.serving)
+    phase_rank = {p: i for i, p in enumerate(phases)}
+    rows_of: dict[tuple[str, str], list[Any]] = {(b, p): [] for b in buckets for p in phases}
     for r in cfg.sort_values(["_eff", "chips_per_vpod", "config_id"], kind="mergesort").itertuples():
-        rows_of[str(r.bucket)].append(r)
+        rows_of[(str(r.bucket), str(r.phase))].append(r)
     by_type: dict[tuple[str, str], Any] = {(str(r.vpod_type), str(r.bucket)): r for r in cfg.itertuples()}
     head = cfg.drop_duplicates("group").set_index("group")
     group_chip = head["chip"].astype(str).to_dict()
@@ -245,17 +272,21 @@ def autoscale(
                     ep.n[g] -= short - got
                     left[group_chip[g]] += (short - got) * group_w[g]
 
-        def best_chips(b: str, need: dict[str, float] = need) -> float:
-            rs = rows_of[b]
-            return math.ceil(need[b] / float(rs[0].cap_rps) - EPS) * float(rs[0].chips_per_vpod) if rs else -1.0
+        def best_chips(bp: tuple[str, str], need: dict[str, float] = need) -> float:
+            rs = rows_of[bp]
+            return math.ceil(need[bp[0]] / float(rs[0].cap_rps) - EPS) * float(rs[0].chips_per_vpod) if rs else -1.0
 
-        s: dict[str, float] = {}
+        short: dict[tuple[str, str], float] = {}
         tail = tail_of(need)
-        order = sorted((b for b in buckets if need[b] > 0 and b not in tail), key=lambda b: (-best_chips(b), b))
-        for b in order + sorted(tail):
+        pairs = [(b, p) for b in buckets if need[b] > 0 for p in phases]
+        ordinary = [bp for bp in pairs if bp[0] not in tail]
+        order = sorted(ordinary, key=lambda bp: (-best_chips(bp), bp[0], phase_rank[bp[1]]))
+        order += sorted((bp for bp in pairs if bp[0] in tail), key=lambda bp: (bp[0], phase_rank[bp[1]]))
+        for bp in order:
+            b, phase = bp
             r_left = need[b]
             # (i) capacity held anyway
-            for k in rows_of[b]:
+            for k in rows_of[bp]:
                 if r_left <= EPS:
                     break
                 if ep.n.get(k.group, 0) > 0:
@@ -263,16 +294,16 @@ def autoscale(
             # a tail class then rides on the spare capacity of the other held groups, nearest first,
             # when they hold all of what is left; otherwise it is an ordinary class (rules ii-iii)
             if b in tail and r_left > EPS:
-                r_left -= _route_tail(ep, b, r_left, by_type, group_type, tokens)
+                r_left -= _route_tail(ep, bp, r_left, by_type, group_type, tokens)
             # (ii) coalescing into a group of the same vPod type with room
-            if r_left > EPS and rows_of[b] and r_left < params.coalesce_threshold * float(rows_of[b][0].cap_rps):
+            if r_left > EPS and rows_of[bp] and r_left < params.coalesce_threshold * float(rows_of[bp][0].cap_rps):
                 for g in sorted(ep.n, key=lambda g: (group_eff[g], g)):
                     k = by_type.get((group_type[g], b))
-                    if k is None or r_left <= EPS or ep.n.get(g, 0) <= 0:
+                    if k is None or str(k.phase) != phase or r_left <= EPS or ep.n.get(g, 0) <= 0:
                         continue
                     r_left -= ep.put(k, g, r_left)
             # (iii) grow, best fit first, fail over
-            for k in rows_of[b]:
+            for k in rows_of[bp]:
                 if r_left <= EPS:
                     break
                 g, c = k.group, group_chip[k.group]
@@ -288,8 +319,25 @@ def autoscale(
                     left[c] -= (new - cur) * group_w[g]
                     ep.n[g] = new
                 r_left -= ep.put(k, g, r_left)
-            if r_left > EPS * max(1.0, need[b]):
-                s[b] = r_left
+            short[bp] = r_left if r_left > EPS * max(1.0, need[b]) else 0.0
+        # one unserved rate per class: its largest shortfall over the phases; the other phases
+        # give back what they served beyond it, and vPods created for it that are left idle go
+        # (never below the floors of rule 2)
+        s: dict[str, float] = {}
+        trimmed = False
+        for b in buckets:
+            got = [short[(b, p)] for p in phases if (b, p) in short]
+            s_b = max(got, default=0.0)
+            if s_b <= 0.0:
+                continue
+            s[b] = s_b
+            for p in phases:
+                if s_b - short[(b, p)] > EPS:
+                    ep.trim((b, p), s_b - short[(b, p)])
+                    trimmed = True
+        if trimmed:
+            for g in list(ep.n):
+                ep.n[g] = max(lo.get(g, 0), min(ep.n[g], math.ceil(ep.load.get(g, 0.0) - 1e-7)))
         n = ep.n
         x, load, route = ep.x, ep.load, ep.route
         n = {g: v for g, v in n.items() if v > 0}

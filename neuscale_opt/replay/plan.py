@@ -23,7 +23,8 @@ one line naming the file and the field):
 * an epoch that holds arrivals of the trace but has no allocation row (missing epochs);
 * phases mixed wrongly for a class in an epoch: prefill rows without decode rows (or decode without
   prefill), or colocated rows beside prefill/decode rows (disaggregated serving needs both halves,
-  and a class is served one way per epoch);
+  and a class is served one way per epoch); rows that plan a rate of 0 for the class (vPods held
+  by the scaling rules, serving nothing of it) are not counted;
 * ``unserved`` (optional list of ``{epoch, bucket, unserved_rps}``, the evaluator's reader
   ``alloc.solution.unserved_from_dict``): a row missing a field, an epoch that is not a count, a
   rate that is not a finite number >= 0, an unknown class.
@@ -193,9 +194,14 @@ def _check_row(i: int, r: Any, inst: Instance, buckets: set[str], mla: bool) -> 
 
 
 def _phase_mix(rows: list[dict]) -> list[str]:
-    """Problems of (epoch, class) pairs whose phases do not form one serving mode."""
+    """Problems of (epoch, class) pairs whose phases do not form one serving mode. A row that gives
+    the class a planned rate of 0 (a held vPod the class may use but is not planned onto: the
+    scaling rules keep a group of a class without demand) serves nothing, so it needs no other half."""
     phases: dict[tuple[int, str], set[str]] = {}
     for row in rows:
+        rate = row.get("rate_rps")
+        if rate is not None and float(rate) == 0.0:
+            continue
         phases.setdefault((row["epoch"], row["bucket"]), set()).add(row["phase"])
     out: list[str] = []
     for (e, b), ph in sorted(phases.items()):

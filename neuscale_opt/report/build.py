@@ -942,6 +942,14 @@ def _risks(
     return "; ".join(parts)
 
 
+def _io_tokens_per_joule(replayed: dict) -> float:
+    """Input + output tokens of the requests a replay served per joule: the planned side's
+    ``tokens_per_j`` counts both (of the mean demand)."""
+    energy = float(replayed.get("energy_j") or 0.0)
+    tokens = float(replayed.get("tokens_in", math.nan)) + float(replayed.get("tokens_out", math.nan))
+    return tokens / energy if energy > 0 else math.nan
+
+
 def _stopped_text(statuses: pd.Series, what: str) -> str:
     """Which limit stopped how many solves, in :data:`~neuscale_opt.alloc.solution.STOPPED_BY`'s
     words ("" when none stopped at a limit)."""
@@ -1025,7 +1033,7 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
                     ["energy (kWh)", kwh(t.get("energy_j")), kwh(mine.get("energy_j"))],
                     ["cost (USD)", t.get("cost_usd"), mine.get("cost_usd")],
                     ["carbon (kgCO2e)", t.get("carbon_kg"), mine.get("carbon_kg")],
-                    ["tokens per joule", t.get("tokens_per_j"), mine.get("tokens_per_joule")],
+                    ["tokens (input + output) per joule", t.get("tokens_per_j"), _io_tokens_per_joule(mine)],
                     ["SLO attainment", "sized for the target", pct(mine.get("slo_attainment"))],
                 ],
                 anchor="planned-vs-replayed",
@@ -1038,9 +1046,10 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
             "peak rate); the replay runs the trace's requests one by one through the plan's vPods (30-s "
             "creation delay; a class served by several vPod groups is split over them as the plan's rates "
             "say, spilling over only past a group whose every vPod has a prompt waiting), so it holds the "
-            "vPods only while they exist and counts what was actually served. Tokens per joule differ by "
-            "definition: planned = input + output tokens of the mean demand per joule; replayed = output "
-            "tokens of served requests per joule."
+            "vPods only while they exist and counts what was actually served. Tokens per joule count input "
+            "and output tokens on both sides: planned, those of the mean demand; replayed, those of the "
+            "requests served (the comparison below counts output tokens of requests that met their SLO, "
+            "goodput)."
         )
     if rolling and eps:
         tables.append(

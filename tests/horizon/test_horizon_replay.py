@@ -110,3 +110,28 @@ def test_no_baseline_beats_the_milp_on_its_own_objective_when_replayed(rates, se
         for method, t in got.items():
             better = t[metric] < milp[metric] and t["slo_attainment"] >= milp["slo_attainment"]
             assert not better, f"{method} beats the {objective} plan: {t[metric]:.6g} < {milp[metric]:.6g}"
+
+
+@pytest.mark.parametrize("method", ["neuscale-autoscaler", "homogeneous-autoscaler"])
+def test_autoscalers_serve_both_halves_of_disaggregated_serving(method):
+    # disaggregated serving: every class the auto-scaler serves gets prefill and decode vPods for
+    # the same rate (a request prefilled and never decoded is not served); the evaluator finds the
+    # schedule feasible and the replay serves every request of the trace through both halves
+    rates = {"a": 40.0, "b": 10.0}
+    inst = tiny_instance(rates, epochs=2, length_s=EPOCH_S, horizon={"window": 2})
+    inst = inst.model_copy(update={"planning": inst.planning.model_copy(update={"serving": "disaggregated"})})
+    coeffs = build_coefficients(inst)
+    sol = plan_horizon(inst, method, coeffs=coeffs, options=PlanOptions.from_instance(inst))
+    assert sol.status == "feasible", sol.diagnosis
+    alloc = sol.allocations
+    per_phase = alloc.groupby(["epoch", "bucket", "phase"])["rate_rps"].sum().unstack("phase")
+    assert sorted(per_phase.columns) == ["decode", "prefill"]
+    assert len(per_phase) == 2 * len(rates)  # every (epoch, class) has both halves
+    for (e, b), r in per_phase.iterrows():
+        assert r["prefill"] == pytest.approx(rates[b], rel=1e-9), (e, b)
+        assert r["decode"] == pytest.approx(rates[b], rel=1e-9), (e, b)
+    lengths = coeffs.buckets.set_index("bucket")
+    spec = {b: (r, int(lengths.loc[b, "input_tokens"]), int(lengths.loc[b, "output_tokens"])) for b, r in rates.items()}
+    trace = poisson_trace(spec, 2 * EPOCH_S, seed=7)
+    res = replay(sol.to_dict(), inst, trace, coeffs=coeffs)
+    assert res.totals["served"] == res.totals["requests"] == len(trace)

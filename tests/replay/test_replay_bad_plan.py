@@ -103,6 +103,23 @@ def test_prefill_without_decode_is_refused():
     refused([row(0, "a", 1, phase="prefill"), row(1, "b", 1)], r"epoch 0, class 'a': prefill rows but no decode rows")
 
 
+def test_prefill_serving_a_rate_without_decode_is_refused():
+    refused(
+        [row(0, "a", 1, phase="prefill", rate_rps=0.5), row(1, "b", 1)],
+        r"epoch 0, class 'a': prefill rows but no decode rows",
+    )
+
+
+def test_held_prefill_vpod_planning_no_rate_needs_no_decode_half():
+    # a rolling plan's hold rule keeps a class's prefill group through epochs without demand; its
+    # row plans 0 req/s for the class, so it serves nothing and needs no decode row
+    held = row(1, "a", 1, phase="prefill", rate_rps=0.0)
+    p = load_plan(plan_of([row(0, "a", 1), row(1, "b", 1), held]), INST, TRACE)
+    assert sorted(p.rows["phase"]) == ["colocated", "colocated", "prefill"]
+    # with a positive rate it is half a disaggregated class again
+    refused([row(0, "a", 1), row(1, "b", 1), {**held, "rate_rps": 0.1}], r"epoch 1, class 'a': prefill rows but no")
+
+
 def test_decode_without_prefill_is_refused():
     refused([row(0, "a", 1, phase="decode"), row(1, "b", 1)], r"epoch 0, class 'a': decode rows but no prefill rows")
 

@@ -109,6 +109,18 @@ def test_comparison_is_on_replayed_goodput_at_each_slo(files):
         assert f"at {r['replayed SLO']} SLO attainment" in first
 
 
+def test_planned_vs_replayed_counts_the_same_tokens_on_both_sides(files):
+    plan, mine = files["plan"], files["replays"]["milp"]
+    t = next(t for t in md_tables(files["md"]) if t and "planned (evaluator, provisioned demand)" in t[0])
+    rows = {r[""]: r for r in t}
+    both = rows["tokens (input + output) per joule"]
+    assert close(both["planned (evaluator, provisioned demand)"], plan["totals"]["tokens"] / plan["totals"]["energy_j"])
+    served = mine["tokens_in"] + mine["tokens_out"]
+    assert served > mine["tokens_out"] > 0  # input tokens counted: not the output-only tokens_per_joule
+    assert close(both["replayed (trace, request by request)"], served / mine["energy_j"])
+    assert close(rows["energy (kWh)"]["replayed (trace, request by request)"], mine["energy_j"] / 3.6e6)
+
+
 def test_deployment_per_epoch_equals_the_allocation_rows(files):
     plan = files["plan"]
     dep = next(t for t in md_tables(files["md"]) if t and "chips/slice" in t[0])
