@@ -474,8 +474,17 @@ def plan_baseline(
     ev = evaluate_any(b, coeffs, inst) if b.runnable else None
     totals = None
     if trace is not None and name != "unlimited" and b.runnable:
-        totals = replay_totals(b, inst, trace, coeffs, detail=False)[0]
+        try:
+            totals = replay_totals(b, inst, trace, coeffs, detail=False)[0]
+        except InputError as e:
+            # a baseline's plan that the replay's plan reader refuses is a fault of that baseline,
+            # not of the user's input: the report says so and is written without its replay
+            totals = {NOT_REPLAYED: f"{name} was not replayed: the replay refused its plan ({e})"}
     return b, ev, totals
+
+
+#: Key of the totals :func:`plan_baseline` returns for a baseline whose plan the replay refused.
+NOT_REPLAYED = "not_replayed"
 
 
 class Baselines:
@@ -515,6 +524,8 @@ class Baselines:
         self._trace = trace  # what the baselines are replayed against (None: not replayed)
         self._done: dict[str, tuple[Solution, object, dict | None]] = {}
         self._pending: dict[str, Any] = {}
+        #: why a baseline's replay is missing (:data:`NOT_REPLAYED`), for the report's notes
+        self.notes: list[str] = []
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = None
@@ -566,7 +577,10 @@ class Baselines:
                 bar.update(len(self.names))
         done = {name: self._done[name] for name in self.names}
         plans = {name: (b, ev) for name, (b, ev, _r) in done.items()}
-        return plans, {name: r for name, (_b, _ev, r) in done.items() if r is not None}
+        self.notes = [r[NOT_REPLAYED] for _b, _ev, r in done.values() if r is not None and NOT_REPLAYED in r]
+        for note in self.notes:
+            print(f"neuscale-opt: warning: {note}", file=sys.stderr)
+        return plans, {name: r for name, (_b, _ev, r) in done.items() if r is not None and NOT_REPLAYED not in r}
 
     def stop(self) -> None:
         """Give up the baselines not yet planned (in a thread: at the next epoch or window of the
@@ -716,6 +730,7 @@ def plan_report(
     away = {j.name: workers.draw(j) for j in jobs if j.name in _DRAWN_AWAY} if workers is not None else {}
     drawn = {j.name: j.png() for j in jobs if j.name not in away}
     baselines, played_baselines = base.results(args.quiet)
+    notes += base.notes
     figures = draw_figures(jobs, {**drawn, **{name: got.get() for name, got in away.items()}})
     if mine is not None:
         replays[sol.method], detail = mine.get()

@@ -1,6 +1,8 @@
 """``plan --out``: the baselines planned in a second thread beside the plan (``--jobs 2``) give the
 same report, byte for byte, as planned after it (``--jobs 1``); an error in a baseline reaches
-the user as the same one-line error; a plan that ends without a report stops its baselines."""
+the user as the same one-line error, but a baseline plan the replay refuses leaves the report
+written without that replay (a warning and a note); a plan that ends without a report stops its
+baselines."""
 
 from __future__ import annotations
 
@@ -48,6 +50,31 @@ def test_an_error_in_a_baseline_is_the_users_one_line_error(tiny_report, tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "oracle.toml" in err[0] and "no oracle today" in err[0]
     assert not out.exists()  # nothing half-written
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_baseline_plan_the_replay_refuses_leaves_the_report_written_without_it(
+    tiny_report, tmp_path, monkeypatch, capsys, jobs
+):
+    import neuscale_opt.cli.plan as cli_plan
+
+    real = cli_plan.replay_totals
+
+    def refusing(sol, *a, **k):
+        if sol.method == "neuscale-autoscaler":
+            raise InputError("epoch 0, class 'x': prefill rows but no decode rows", where="<plan>")
+        return real(sol, *a, **k)
+
+    monkeypatch.setattr(cli_plan, "replay_totals", refusing)
+    out = tmp_path / "report"
+    code, _ = run_plan(["plan", str(tiny_report[2]), "--out", str(out), "--quiet", "--jobs", jobs])
+    assert code == 0
+    assert set(json.loads((out / "replays.json").read_text())) == {"milp", "homogeneous-autoscaler", "oracle"}
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("neuscale-opt: warning: neuscale-autoscaler was not replayed")
+    assert "prefill rows but no decode rows" in err[0]
+    md = (out / "report.md").read_text()
+    assert "Note: neuscale-autoscaler was not replayed: the replay refused its plan" in md
 
 
 def test_stop_ends_the_baselines_at_their_next_epoch(monkeypatch):
