@@ -80,15 +80,25 @@ def plan_any(
     window: int | None = None,
     forecast: str | None = None,
     progress: Callable[[int], Any] | None = None,
+    bound: bool = True,
 ) -> Solution:
-    """Plan ``inst`` with ``method``: the horizon model or epoch by epoch (:func:`uses_schedule`)."""
+    """Plan ``inst`` with ``method``: the horizon model or epoch by epoch (:func:`uses_schedule`).
+    ``bound=False``: a rolling horizon plan without its proven bound (:func:`~neuscale_opt.
+    horizon.plan_horizon`); epoch plans always carry their solver's bound."""
     if window is not None and window <= 0:
         raise InputError(f"must be > 0, got {window}", where="--window")
     if uses_schedule(inst, method, independent, window, forecast):
         from neuscale_opt.horizon import plan_horizon
 
         return plan_horizon(
-            inst, method, coeffs=coeffs, window=window, forecast=forecast, progress=progress, options=options
+            inst,
+            method,
+            coeffs=coeffs,
+            window=window,
+            forecast=forecast,
+            progress=progress,
+            options=options,
+            bound=bound,
         )
     from neuscale_opt.alloc.plan import plan
 

@@ -468,6 +468,7 @@ def plan_baseline(
         window=window if horizon else None,
         forecast=forecast if horizon else None,
         progress=progress,
+        bound=False,  # the report compares a baseline's replay, evaluation and status, never its bound
     )
     if progress is not None:
         progress(0)

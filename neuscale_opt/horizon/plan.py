@@ -47,12 +47,16 @@ def plan_horizon(
     options: PlanOptions | None = None,
     params: HorizonParams | None = None,
     chip: str | None = None,
+    bound: bool = True,
 ) -> Solution:
     """Plan ``instance`` over its epochs with ``method`` (see the module docstring).
 
     ``coeffs`` default ``build_coefficients(instance)``; ``window`` and ``forecast`` override the
     ``[horizon]`` table; ``options`` default ``PlanOptions.from_instance(instance)``; ``chip`` fixes
     the generation of ``homogeneous-autoscaler``. ``progress(k)`` is called as epochs are planned.
+    ``bound=False`` leaves out a rolling plan's proven bound (its LP over the whole horizon; the
+    plan is the same, its ``bound`` and ``gap`` NaN): for a plan that is only compared, e.g. a
+    report's oracle baseline.
     """
     if method not in HORIZON_METHODS:
         raise InputError(f"method must be one of {list(HORIZON_METHODS)}, got {method!r}", where="plan")
@@ -74,7 +78,7 @@ def plan_horizon(
         if fc == "oracle" and h >= n_epochs:
             sol = plan_full(coeffs, opts, prm, inventory=inv, method=method, progress=progress)
         else:
-            sol = plan_rolling(coeffs, opts, prm, fc, h, inv, method=method, progress=progress, bound=True)
+            sol = plan_rolling(coeffs, opts, prm, fc, h, inv, method=method, progress=progress, bound=bound)
         return sol
     if progress is not None:
         progress(n_epochs)

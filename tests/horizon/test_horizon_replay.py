@@ -135,3 +135,16 @@ def test_autoscalers_serve_both_halves_of_disaggregated_serving(method):
     trace = poisson_trace(spec, 2 * EPOCH_S, seed=7)
     res = replay(sol.to_dict(), inst, trace, coeffs=coeffs)
     assert res.totals["served"] == res.totals["requests"] == len(trace)
+
+
+def test_a_compared_plan_without_its_bound_is_the_same_plan():
+    # the report's baselines are planned with bound=False (their bound is never shown): a rolling
+    # plan (2-epoch windows over 3 epochs) with the same rows and objective, no bound and no gap
+    inst = tiny_instance(RATES, epochs=3, length_s=EPOCH_S, horizon={"window": 2})
+    coeffs = build_coefficients(inst)
+    with_bound = plan_horizon(inst, "oracle", coeffs=coeffs)
+    without = plan_horizon(inst, "oracle", coeffs=coeffs, bound=False)
+    assert with_bound.bound == with_bound.bound and without.bound != without.bound  # a number, then NaN
+    assert without.gap != without.gap
+    assert without.allocations.equals(with_bound.allocations)
+    assert without.objective_value == with_bound.objective_value
