@@ -20,7 +20,8 @@ one line naming the file and the field):
   ``chips_per_vpod`` or ``tp x pp``; ``ep`` not 1 or ``tp``;
 * rows of one (epoch, group) that disagree on ``n_vpods`` or on the vPod type;
 * more chips of a generation in an epoch than the fleet's healthy chips (each group counted once);
-* an epoch that holds arrivals of the trace but has no allocation row (missing epochs);
+* an epoch that holds arrivals of the trace but has no allocation row (missing epochs), unless
+  the plan's ``unserved`` rows name that epoch (it plans to serve nothing there);
 * phases mixed wrongly for a class in an epoch: prefill rows without decode rows (or decode without
   prefill), or colocated rows beside prefill/decode rows (disaggregated serving needs both halves,
   and a class is served one way per epoch); rows that plan a rate of 0 for the class (vPods held
@@ -303,7 +304,10 @@ def load_plan(
     if trace is not None and len(trace):
         arr = trace["arrival_s"].to_numpy(np.float64)
         need = np.unique(np.floor(arr / length).astype(np.int64))
-        missing = [int(e) for e in need if int(e) not in plan_epochs]
+        # an epoch the plan leaves unserved (its ``unserved`` rows name it) may hold no vPods at all:
+        # a fleet, or one generation of it, that can serve nothing of that epoch's demand
+        declared = {int(e) for e in unserved["epoch"]}
+        missing = [int(e) for e in need if int(e) not in plan_epochs and int(e) not in declared]
         if missing:
             shown = ", ".join(str(e) for e in missing[:8]) + (" ..." if len(missing) > 8 else "")
             raise InputError(

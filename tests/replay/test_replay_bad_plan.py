@@ -60,6 +60,22 @@ def test_missing_epoch():
     assert e.where == "<plan>"
 
 
+def test_an_epoch_planned_unserved_needs_no_allocation_row():
+    # a plan that serves nothing in epoch 1 (a generation that has no configuration for its class)
+    # says so in its unserved rows; the replay then serves none of that epoch's arrivals
+    from neuscale_opt.replay import replay
+
+    plan = {**plan_of([row(0, "a", 1)]), "unserved": [{"epoch": 1, "bucket": "b", "unserved_rps": 0.01}]}
+    p = load_plan(plan, INST, TRACE)
+    assert p.n_epochs == 2 and set(p.groups["epoch"]) == {0}
+    res = replay(plan, INST, TRACE)
+    assert res.totals["requests"] == 2 and res.totals["served"] == 1 and res.totals["unserved"] == 1
+    assert list(res.requests["vpod"] >= 0) == [True, False]
+    # an unserved row of another epoch does not excuse the missing one
+    other = {**plan, "unserved": [{"epoch": 0, "bucket": "b", "unserved_rps": 0.01}]}
+    refused(other, r"missing epochs: .*epoch\(s\) 1 ")
+
+
 def test_unknown_bucket():
     refused([row(0, "zz", 1), row(1, "b", 1)], r"allocations\[0\]\.bucket: unknown class 'zz'")
 
