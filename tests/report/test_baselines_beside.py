@@ -2,7 +2,7 @@
 same report, byte for byte, as planned after it (``--jobs 1``); an error in a baseline reaches
 the user as the same one-line error, but a baseline plan the replay refuses leaves the report
 written without that replay (a warning and a note); a plan that ends without a report stops its
-baselines."""
+baselines; a disaggregated instance gets its report with every baseline replayed."""
 
 from __future__ import annotations
 
@@ -206,3 +206,21 @@ def test_ctrl_c_ends_the_command_and_its_workers_without_tracebacks(tmp_path):
     time.sleep(0.5)
     with pytest.raises(ProcessLookupError):  # no process of the group is left
         os.killpg(p.pid, 0)
+
+
+def test_a_disaggregated_instance_gets_its_report_with_every_baseline_replayed(tmp_path):
+    # disaggregated serving end to end: the plan and its horizon baselines (whose prefill and
+    # decode halves carry the same rates) are all evaluated, replayed and reported
+    from conftest import write_tiny
+
+    path = write_tiny(tmp_path)
+    path.write_text(path.read_text() + '\n[planning]\nserving = "disaggregated"\n')
+    out = tmp_path / "report"
+    code, stdout = run_plan(["plan", str(path), "--out", str(out), "--quiet"])
+    assert code == 0, stdout
+    replays = json.loads((out / "replays.json").read_text())
+    assert set(replays) == {"milp", "neuscale-autoscaler", "homogeneous-autoscaler", "oracle"}
+    for name, r in replays.items():
+        assert r["requests"] > 0 and r["served"] > 0, name
+    plan = json.loads((out / "plan.json").read_text())
+    assert {r["phase"] for r in plan["allocations"]} == {"prefill", "decode"}
