@@ -39,12 +39,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from headline import ROOT, SLO_SLACK, WINDOW, cases, variant
+from headline import EXTRA, ROOT, SLO_SLACK, WINDOW, cases, extra_instance
 
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.candidates import build_coefficients, instance_trace
 from neuscale_opt.horizon import HorizonParams, instance_inventory, neuscale_autoscaler, plan_rolling
-from neuscale_opt.instance import Instance, ModelChoice, load_instance
+from neuscale_opt.instance import Instance
 from neuscale_opt.replay import replay
 
 METHODS = (
@@ -59,30 +59,12 @@ METHODS = (
 METRIC = {"energy": "goodput_tokens_per_joule", "cost": "goodput_tokens_per_usd"}
 
 
-def _variant(base: Instance, name: str, model: str | None = None, rate_scale: float | None = None) -> Instance:
-    upd: dict[str, Any] = {"name": name}
-    if model is not None:
-        upd["model"] = ModelChoice(name=model)
-    if rate_scale is not None:
-        upd["workload"] = base.workload.model_copy(update={"rate_scale": rate_scale})
-    return variant(base, **upd)
-
-
 def scenarios() -> dict[str, Callable[[], Instance]]:
-    """The headline's four scenarios, then six outside it (same fleet, SLO and epochs)."""
+    """The headline's four scenarios, then the six outside it (``headline.EXTRA``: same fleet, SLO
+    and epochs)."""
     out: dict[str, Callable[[], Instance]] = {c.label: (lambda c=c: c.instance) for c in cases(True, None)}
-    conv = ROOT / "instances" / "default.toml"
-    code = ROOT / "instances" / "horizon" / "azure-code.toml"
-    extra = {
-        "azure-conv x3": (conv, None, 3.0),
-        "azure-code x1": (code, None, 1.0),
-        "azure-code x2": (code, None, 2.0),
-        "Llama-3-8B azure-conv x20": (conv, "Llama-3-8B", 20.0),
-        "Qwen3-32B azure-conv x10": (conv, "Qwen3-32B", None),
-        "Mixtral-8x7B azure-conv x5": (conv, "Mixtral-8x7B", 5.0),
-    }
-    for label, (path, model, scale) in extra.items():
-        out[label] = lambda p=path, m=model, s=scale, n=label: _variant(load_instance(p), n, m, s)
+    for label in EXTRA:
+        out[label] = lambda n=label: extra_instance(n)
     return out
 
 

@@ -44,7 +44,9 @@ resp. money) at an equal or higher replayed SLO attainment. Results go to
 ``benchmarks/headline_results.md`` (and the rows to ``headline_results.json``).
 
 Run: ``.venv/bin/python benchmarks/headline.py [--quick] [--only LABEL,...] [--epochs N]
-[--provision-for burst] [--out PATH]``
+[--provision-for burst] [--extra] [--out PATH]``; ``--extra`` runs the same criterion on the six
+scenarios outside the shipped ones (``EXTRA``: other rates, models and the code trace at other
+scales, those of ``forecast_gap.py``) into ``benchmarks/headline_extra_results.md``
 (one command; about 15-25 min on two shared cores). ``--quick``: 2 epochs of azure-conv x1.
 """
 
@@ -133,7 +135,34 @@ def variant(base: Instance, **update: Any) -> Instance:
     return inst
 
 
-def cases(deepseek: bool, epochs: int | None, provision_for: str | None = None) -> list[Case]:
+#: Scenarios outside the shipped ones (same fleet, SLO and epochs as the instance they vary):
+#: label -> (instance file under ``instances/``, model or None, rate_scale or None). The headline
+#: runs them with ``--extra``; ``forecast_gap.py`` runs them beside the shipped ones.
+EXTRA: dict[str, tuple[str, str | None, float | None]] = {
+    "azure-conv x3": ("default.toml", None, 3.0),
+    "azure-code x1": ("horizon/azure-code.toml", None, 1.0),
+    "azure-code x2": ("horizon/azure-code.toml", None, 2.0),
+    "Llama-3-8B azure-conv x20": ("default.toml", "Llama-3-8B", 20.0),
+    "Qwen3-32B azure-conv x10": ("default.toml", "Qwen3-32B", None),
+    "Mixtral-8x7B azure-conv x5": ("default.toml", "Mixtral-8x7B", 5.0),
+}
+
+
+def extra_instance(label: str) -> Instance:
+    """The instance of scenario ``label`` of :data:`EXTRA`."""
+    path, model, scale = EXTRA[label]
+    base = load_instance(ROOT / "instances" / path)
+    upd: dict[str, Any] = {"name": label}
+    if model is not None:
+        upd["model"] = ModelChoice(name=model)
+    if scale is not None:
+        upd["workload"] = base.workload.model_copy(update={"rate_scale": scale})
+    return variant(base, **upd)
+
+
+def cases(deepseek: bool, epochs: int | None, provision_for: str | None = None, extra: bool = False) -> list[Case]:
+    if extra:
+        return _sized([Case(label, extra_instance(label)) for label in EXTRA], epochs, provision_for)
     out = [
         Case("azure-conv x1", load_instance(ROOT / "instances" / "azure-conv.toml")),
         Case("azure-conv x10 (default)", load_instance(ROOT / "instances" / "default.toml")),
@@ -143,6 +172,11 @@ def cases(deepseek: bool, epochs: int | None, provision_for: str | None = None) 
         base = out[1].instance
         ds = variant(base, name="deepseek-conv", model=ModelChoice(name="DeepSeek-V3-671B"))
         out.append(Case("DeepSeek-V3 azure-conv x10", ds))
+    return _sized(out, epochs, provision_for)
+
+
+def _sized(out: list[Case], epochs: int | None, provision_for: str | None) -> list[Case]:
+    """``out`` with ``workload.provision_for`` and the planned epochs overridden where given."""
     if provision_for is not None:
         out = [
             Case(
@@ -504,8 +538,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--methods", default=None, help="comma-separated method prefixes to run (default: all)")
     ap.add_argument("--keep", default=None, help="a results .json whose scenarios not run now are kept")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "headline_results.md"))
+    ap.add_argument(
+        "--extra",
+        action="store_true",
+        help="run the scenarios outside the shipped ones (EXTRA) instead; default --out headline_extra_results.md",
+    )
+    ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.out is None:
+        name = "headline_extra_results.md" if args.extra else "headline_results.md"
+        args.out = str(ROOT / "benchmarks" / name)
     global PROVISION
     PROVISION = args.provision_for
     if args.quick:
@@ -515,11 +557,11 @@ def main(argv: list[str] | None = None) -> int:
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
     start = time.perf_counter()
     runs: list[Run] = []
-    labels = [c.label for c in cases(not args.no_deepseek, None)]
+    labels = [c.label for c in cases(not args.no_deepseek, None, extra=args.extra)]
     if args.keep:  # rows of scenarios run before (same JSON layout), kept unless run again
         kept = [Run(**r) for r in json.loads(Path(args.keep).read_text(encoding="utf-8"))]
         runs = kept
-    for case in cases(not args.no_deepseek, args.epochs, args.provision_for):
+    for case in cases(not args.no_deepseek, args.epochs, args.provision_for, extra=args.extra):
         if only is not None and case.label not in only:
             continue
         t0 = time.perf_counter()
