@@ -11,7 +11,7 @@ import json
 import threading
 
 import pytest
-from conftest import run_plan
+from conftest import run_plan, write_tiny
 
 from neuscale_opt import planning
 from neuscale_opt.cli.plan import Baselines
@@ -211,8 +211,6 @@ def test_ctrl_c_ends_the_command_and_its_workers_without_tracebacks(tmp_path):
 def test_a_disaggregated_instance_gets_its_report_with_every_baseline_replayed(tmp_path):
     # disaggregated serving end to end: the plan and its horizon baselines (whose prefill and
     # decode halves carry the same rates) are all evaluated, replayed and reported
-    from conftest import write_tiny
-
     path = write_tiny(tmp_path)
     path.write_text(path.read_text() + '\n[planning]\nserving = "disaggregated"\n')
     out = tmp_path / "report"
