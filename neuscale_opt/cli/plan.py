@@ -452,11 +452,12 @@ def plan_baseline(
     forecast: str | None,
     trace,
     progress: Callable[[int], object] | None = None,
-) -> tuple[Solution, object, dict | None]:
-    """One baseline of the report: its plan, its independent evaluation and, against ``trace``
-    (None: not replayed), its replay totals. Every baseline with allocations is replayed
-    (``unlimited`` excepted: it ignores the inventory), also one the evaluator rejects: the
-    auto-scalers react to demand after it came, and their replays measure what that costs."""
+) -> tuple[Solution, object, dict | None, str | None]:
+    """One baseline of the report: its plan, its independent evaluation, against ``trace`` (None:
+    not replayed) its replay totals, and why it was not replayed when the replay refused its plan
+    (else None). Every baseline with allocations is replayed (``unlimited`` excepted: it ignores
+    the inventory), also one the evaluator rejects: the auto-scalers react to demand after it came,
+    and their replays measure what that costs."""
     from neuscale_opt.planning import evaluate_any, plan_any
 
     b = plan_any(
@@ -473,19 +474,15 @@ def plan_baseline(
     if progress is not None:
         progress(0)
     ev = evaluate_any(b, coeffs, inst) if b.runnable else None
-    totals = None
+    totals, refused = None, None
     if trace is not None and name != "unlimited" and b.runnable:
         try:
             totals = replay_totals(b, inst, trace, coeffs, detail=False)[0]
         except InputError as e:
             # a baseline's plan that the replay's plan reader refuses is a fault of that baseline,
             # not of the user's input: the report says so and is written without its replay
-            totals = {NOT_REPLAYED: f"{name} was not replayed: the replay refused its plan ({e})"}
-    return b, ev, totals
-
-
-#: Key of the totals :func:`plan_baseline` returns for a baseline whose plan the replay refused.
-NOT_REPLAYED = "not_replayed"
+            refused = f"{name} was not replayed: the replay refused its plan ({e})"
+    return b, ev, totals, refused
 
 
 class Baselines:
@@ -523,9 +520,9 @@ class Baselines:
         # --save-lp/--save-mps: the plan's models only
         self._todo = (args, inst, coeffs, options.replace(save_lp=None, save_mps=None), horizon)
         self._trace = trace  # what the baselines are replayed against (None: not replayed)
-        self._done: dict[str, tuple[Solution, object, dict | None]] = {}
+        self._done: dict[str, tuple[Solution, object, dict | None, str | None]] = {}
         self._pending: dict[str, Any] = {}
-        #: why a baseline's replay is missing (:data:`NOT_REPLAYED`), for the report's notes
+        #: why a baseline's replay is missing (the replay refused its plan), for the report's notes
         self.notes: list[str] = []
         self._error: BaseException | None = None
         self._stop = threading.Event()
@@ -553,7 +550,7 @@ class Baselines:
         except BaseException as e:  # handed to the thread that asks for the results
             self._error = e
 
-    def _one(self, name: str) -> tuple[Solution, object, dict | None]:
+    def _one(self, name: str) -> tuple[Solution, object, dict | None, str | None]:
         args, inst, coeffs, options, horizon = self._todo
         return plan_baseline(name, inst, coeffs, options, horizon, args.window, args.forecast, self._trace, self._check)
 
@@ -577,11 +574,11 @@ class Baselines:
                     raise self._error
                 bar.update(len(self.names))
         done = {name: self._done[name] for name in self.names}
-        plans = {name: (b, ev) for name, (b, ev, _r) in done.items()}
-        self.notes = [r[NOT_REPLAYED] for _b, _ev, r in done.values() if r is not None and NOT_REPLAYED in r]
+        plans = {name: (b, ev) for name, (b, ev, _r, _why) in done.items()}
+        self.notes = [why for _b, _ev, _r, why in done.values() if why is not None]
         for note in self.notes:
             print(f"neuscale-opt: warning: {note}", file=sys.stderr)
-        return plans, {name: r for name, (_b, _ev, r) in done.items() if r is not None and NOT_REPLAYED not in r}
+        return plans, {name: r for name, (_b, _ev, r, _why) in done.items() if r is not None}
 
     def stop(self) -> None:
         """Give up the baselines not yet planned (in a thread: at the next epoch or window of the

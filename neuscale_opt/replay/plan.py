@@ -194,6 +194,13 @@ def _check_row(i: int, r: Any, inst: Instance, buckets: set[str], mla: bool) -> 
     return probs, row
 
 
+def arrival_epochs(arrival: np.ndarray, epoch_s: float) -> np.ndarray:
+    """The epoch of each arrival time, ``floor(arrival / epoch_s)``: how the replay assigns requests
+    to epochs everywhere (the epochs a plan must cover, admission, the per-epoch tables, the offered
+    counts)."""
+    return np.floor(np.asarray(arrival, dtype=np.float64) / float(epoch_s)).astype(np.int64)
+
+
 def _phase_mix(rows: list[dict]) -> list[str]:
     """Problems of (epoch, class) pairs whose phases do not form one serving mode. A row that gives
     the class a planned rate of 0 (a held vPod the class may use but is not planned onto: the
@@ -302,8 +309,7 @@ def load_plan(
     plan_epochs = {e for e, _ in groups}
     last = max(plan_epochs) if plan_epochs else -1
     if trace is not None and len(trace):
-        arr = trace["arrival_s"].to_numpy(np.float64)
-        need = np.unique(np.floor(arr / length).astype(np.int64))
+        need = np.unique(arrival_epochs(trace["arrival_s"].to_numpy(np.float64), length))
         # an epoch the plan leaves unserved (its ``unserved`` rows name it) may hold no vPods at all:
         # a fleet, or one generation of it, that can serve nothing of that epoch's demand
         declared = {int(e) for e in unserved["epoch"]}

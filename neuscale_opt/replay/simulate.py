@@ -46,7 +46,7 @@ from neuscale_opt.energy import static_energy_j
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import Instance
 from neuscale_opt.replay.engine import EngineResult, EpochGroup, run
-from neuscale_opt.replay.plan import Plan, instance_bucket_names, load_plan
+from neuscale_opt.replay.plan import Plan, arrival_epochs, instance_bucket_names, load_plan
 from neuscale_opt.replay.tables import StepTable, build_table
 
 SECONDS_PER_HOUR = 3600.0
@@ -170,12 +170,6 @@ def request_buckets(trace: pd.DataFrame, inst: Instance) -> np.ndarray:
 
     cat = assign_buckets(trace, inst.workload.buckets or DEFAULT_BUCKETS)
     return pd.Categorical(cat.astype(str), categories=names).codes.astype(np.int64)
-
-
-def arrival_epochs(arrival: np.ndarray, epoch_s: float) -> np.ndarray:
-    """The epoch of each arrival time, ``floor(arrival / epoch_s)``: how the replay assigns requests
-    to epochs everywhere (admission, the per-epoch tables, the offered counts)."""
-    return np.floor(np.asarray(arrival, dtype=np.float64) / float(epoch_s)).astype(np.int64)
 
 
 def offered_by_class(trace: pd.DataFrame, inst: Instance) -> tuple[dict[tuple[str, int], float], dict]:
