@@ -212,6 +212,12 @@ planned-vs-replayed tokens-per-joule row, which now counts input and output toke
 Replay-engine micro-optimisations (sentinel arrival and event, fewer bounds checks in the event
 loop) gave 1 % on three replays of the default (4.80 -> 4.76 s) and were not kept.
 
+2026-12-05 (another host of the same kind, load 0.4-1.7, the code of e48b0b3): (d) 10.21, 10.16,
+9.98, 9.88, 10.10 s (median 10.10 s, 17.5 CPU-seconds; the oracle baseline 6.8 s of it, in its
+worker); (a) 2.67 s (median of 3; the windows' HiGHS time 2.15 s), the same plan (29239e01...61218);
+(b) 3.40 s, the same plan (24c9d633...89e26). The host of 2026-12-04 ran the same code 1.4x slower
+((d) 14.13 s): on this one every target of (a), (b) and (d) is met with 16-80 % to spare.
+
 Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
 the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
 """

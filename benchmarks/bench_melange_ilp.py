@@ -80,6 +80,10 @@ S = 4 1.7-2.2x, S = 8 3.4-4.2x, 10 x 10 x 8 10.3-10.7x (ours 42-48 ms, CBC 0.44-
 row "optimum ok, speed ok" in all three. Since the runs above the collector is paused over the
 whole epoch plan (``1fb773f``: the young-generation collection of 0.7-2 ms above; 1.1-1.3x against
 1.0x then, in 15 interleaved runs each); the rest of the step from 21-26 ms is the machine's load.
+
+2026-12-05 (another host, ``e48b0b3``, pulp 3.3.2, load 0.3, ``--repeat 3``): ours 7.9 / 9.6 / 9.9 /
+9.6 / 31.2 ms at S = 1 / 2 / 4 / 8 / 10 x 10 x 8, CBC / ours 1.1x / 1.3x / 1.9x / 3.7x / 10.4x (CBC
+0.32 s on 10 x 10 x 8); the published example 6.70 USD/h on both; every row "optimum ok, speed ok".
 """
 
 from __future__ import annotations
