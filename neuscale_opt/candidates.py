@@ -781,14 +781,15 @@ def instance_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFr
 
 def instance_trace(inst: Instance) -> pd.DataFrame:
     """The instance's per-request trace, scaled by ``workload.rate_scale`` (one loader for the
-    planner and the replay, so both see the same requests)."""
+    planner and the replay, so both see the same requests; the copies rotate within each epoch,
+    ``traces.scale``)."""
     from neuscale_opt.traces.loaders import load_trace
     from neuscale_opt.traces.scale import scale_trace
 
     w = inst.workload
     if w.trace is None:
         raise InputError("the instance has explicit classes and no trace", where="workload.trace")
-    trace = scale_trace(load_trace(w.trace, inst.base_dir), w.rate_scale)
+    trace = scale_trace(load_trace(w.trace, inst.base_dir), w.rate_scale, period_s=float(inst.epochs.length_s))
     return cut_to_horizon(trace, inst)
 
 

@@ -317,8 +317,10 @@ def burst_demand(
     pooled = epoch_demand(trace, None, epoch_s=epoch_s, subwindow_s=w, horizon_s=horizon_s)
     tot = dem.groupby("epoch", observed=True)["count"].transform("sum").to_numpy(np.float64)
     pe = pooled.set_index("epoch")
-    # a trailing partial epoch no longer than w*: its pooled mean (its window is not filled)
-    peak = np.where(pe["duration_s"] <= w, pe["mean_rps"], pe["peak_rps"])
+    # a trailing partial epoch no longer than w*: its pooled mean (its window is not filled), over
+    # its own length (at base-window resolution: a table at w* resolution counts it as w* long)
+    fine = epoch_demand(trace, None, epoch_s=epoch_s, subwindow_s=base_s, horizon_s=horizon_s).set_index("epoch")
+    peak = np.where(fine["duration_s"] <= w, fine["mean_rps"], pe["peak_rps"])
     peak = pd.Series(peak, index=pe.index).reindex(dem["epoch"]).to_numpy(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(tot > 0, dem["count"].to_numpy(np.float64) / tot, 0.0)

@@ -11,7 +11,6 @@ import pytest
 
 from neuscale_opt.errors import InputError
 from neuscale_opt.traces.demand import burst_demand, sizing_window
-from neuscale_opt.traces.scale import scale_trace
 from neuscale_opt.traces.spec import BucketSpec
 
 H = 3600.0  # 12 epochs of 300 s, 10-s base sub-windows
@@ -51,11 +50,31 @@ def test_poisson_arrivals_are_sized_on_the_epoch_mean(rate, seed):
 
 
 def test_clumped_copies_are_not_rate_movement():
-    # a Poisson trace superposed 10 times (copies jittered by < 1 s) arrives in clumps of 10: its
-    # counts vary 10x more than Poisson at every scale, yet its rate is steady: still the epoch mean
-    tr = scale_trace(_trace(_poisson(2.0, 4)), 10.0)
+    # a Poisson trace whose every request arrives as 10 copies within 1 s (a trace that repeats
+    # requests in clumps): its counts vary 10x more than Poisson at every scale, yet its rate is
+    # steady: still the epoch mean
+    base = _poisson(2.0, 4)
+    rng = np.random.default_rng(4)
+    clumped = np.sort(
+        np.concatenate([base] + [np.minimum(base + rng.uniform(0, 1, len(base)), H - 1e-6) for _ in range(9)])
+    )
+    tr = _trace(clumped)
     tr.attrs["horizon_s"] = H
     assert sizing_window(tr)[0] == 300.0
+
+
+def test_a_trailing_partial_epoch_is_sized_on_its_own_length():
+    # 11 full epochs and one of 200 s: at w* = 300 s its rate is its count over 200 s, not over
+    # the 300 s of a window it does not fill
+    h = 3500.0
+    t = _poisson(5.0, 6)
+    t = t[t < h]
+    tr = _trace(t)
+    tr.attrs["horizon_s"] = h
+    dem = burst_demand(tr, None, horizon_s=h)
+    assert dem.attrs["sizing_window"]["window_s"] == 300.0
+    last = dem[dem["epoch"] == 11].iloc[0]
+    assert last["burst_rps"] == pytest.approx(((t >= 3300.0).sum()) / 200.0)
 
 
 @pytest.mark.parametrize(("hi", "lo"), [(30.0, 10.0), (6.0, 2.0)])
