@@ -879,7 +879,7 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
 
 
 def _read_trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_table
+    from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_table, output_length_nodes
     from neuscale_opt.traces.demand import burst_demand, epoch_demand
 
     w = inst.workload
@@ -895,6 +895,8 @@ def _read_trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.Dat
     )
     for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s"):
         buckets[c] = np.nan
+    # the class's output lengths at quantile nodes: the TPOT tail under prefill stalls (AT3)
+    buckets["output_nodes"] = output_length_nodes(trace, spec)
     horizon_s = inst.epochs.horizon * inst.epochs.length_s if inst.epochs.horizon else None
     if w.provision_for == "burst":
         dem = burst_demand(

@@ -55,7 +55,9 @@ lengths the roofline used), and the class's SLO targets ``ttft_slo_s``, ``tpot_s
 (s; NaN = no target), ordered as the user gave them. A configuration meets the SLO of its class when
 each of its latencies that has a target is at most that target (``neuscale_opt.coefficients.meets_slo``).
 Optional ``mean_rate_ratio`` (-): the class's mean arrival rate over its provisioned rate across the
-horizon (phi_b of the energy model; absent = 1).
+horizon (phi_b of the energy model; absent = 1). Optional ``output_nodes`` (tuple of tokens): the
+class's output lengths at equal-weight quantile nodes, from the trace (the SLO-attainment model's
+TPOT tail, AT3; absent or empty = every request of ``output_tokens``).
 
 ``chips`` - per chip generation: ``chip``, ``healthy_chips`` (inventory; ``inf`` for unlimited),
 ``dcn_bytes_per_s`` (per chip), ``dcn_energy_j_per_byte``, ``price_usd_per_chip_hour``,

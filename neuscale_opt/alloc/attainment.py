@@ -15,7 +15,17 @@ decode round in progress). Two waits, at request rate lambda per vPod:
   P(wait > x) = rho_p exp(-z x / s), z > 0 the root of rho_p (e^z - 1) = z (the Cramér-Lundberg
   exponent of deterministic service; ``md1_decay``).
 
-Attainment(lambda) = (1 - P_AT1(x)) (1 - P_AT2(x)) (x clipped at 0), decreasing in lambda. The
+* AT3, **the TPOT tail.** Every prefill on the vPod stalls the sequences decoding there for
+  ``stall`` s. A request of ``o`` output tokens decodes ``o`` rounds of at most ``step`` s (the
+  round at the configuration's batch), so its TPOT stays within the target ``tau`` when the
+  prefills landing in its ``o tau`` s of decoding are at most ``k(o) = floor(o (tau - step) /
+  stall)``. Prefills arrive at the request rate: P_AT3 = E_o[P(Poisson(lambda o tau) > k(o))],
+  the expectation over the class's output lengths (``buckets.output_nodes``, equal-weight
+  quantile nodes from the trace; ``output_tokens`` alone without them). Short answers fail first:
+  one stall of a long prompt can break a 5-token answer's TPOT, while a long answer averages
+  its stalls out. Colocated rows only (a decode vPod of disaggregated serving has no prefill).
+
+Attainment(lambda) = (1 - P_AT1(x)) (1 - P_AT2(x)) (1 - P_AT3) (x clipped at 0), decreasing in lambda. The
 safe load of a configuration is u = lambda* / mu, lambda* the largest rate with attainment >= the
 target (bisection), mu = ``max_rate_rps`` (the coefficient table's rate; a disaggregated
 prefill row's KV transfer, checked against TTFT separately, does not enter). Prefill vPods
@@ -70,6 +80,29 @@ def md1_decay(rho: np.ndarray) -> np.ndarray:
     return np.where(r >= 1.0, 0.0, lo)
 
 
+def tpot_tail(
+    rate_rps: np.ndarray, out_nodes: np.ndarray, tpot_slo_s: np.ndarray, step_s: np.ndarray, stall_s: np.ndarray
+) -> np.ndarray:
+    """P_AT3 per row: the share of requests whose TPOT exceeds ``tpot_slo_s`` because more than
+    ``k(o) = floor(o (tau - step) / stall)`` prefills land in their ``o tau`` s of decoding,
+    ``P(Poisson(lambda o tau) > k(o))`` averaged over the row's output-length nodes ``out_nodes``
+    (rows x nodes, NaN = no node; a node below one token has no TPOT). 0 where ``stall`` is 0 or
+    there is no target, 1 where a round alone is longer than the target."""
+    lam = np.asarray(rate_rps, dtype=float)[:, None]
+    o = np.asarray(out_nodes, dtype=float)
+    tau = np.asarray(tpot_slo_s, dtype=float)[:, None]
+    step = np.asarray(step_s, dtype=float)[:, None]
+    stall = np.asarray(stall_s, dtype=float)[:, None]
+    live = np.isfinite(o) & (o >= 1.0) & np.isfinite(tau) & (stall > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        k = np.floor(o * (tau - step) / np.where(stall > 0, stall, 1.0))
+        mean_n = lam * o * np.where(np.isfinite(tau), tau, 0.0)
+        p_ok = np.where(k >= 0, gammaincc(np.maximum(k, 0.0) + 1.0, np.maximum(mean_n, 0.0)), 0.0)  # P(N <= k)
+    p_fail = np.where(live, 1.0 - p_ok, 0.0)
+    weight = np.isfinite(o).sum(axis=1)
+    return np.where(weight > 0, p_fail.sum(axis=1) / np.maximum(weight, 1), 0.0)
+
+
 def attainment(
     rate_rps: np.ndarray,
     phase: np.ndarray,
@@ -79,8 +112,11 @@ def attainment(
     out_tokens: np.ndarray,
     ttft_slo_s: np.ndarray,
     mu_rps: np.ndarray,
+    tail: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """Share of requests within their TTFT target at ``rate_rps`` per vPod (rules AT1, AT2)."""
+    """Share of requests within their TTFT target at ``rate_rps`` per vPod (rules AT1, AT2) and,
+    with ``tail = (out_nodes, tpot_slo_s, step_s, stall_s)``, within their TPOT target under
+    prefill stalls (AT3, colocated rows)."""
     lam = np.asarray(rate_rps, dtype=float)
     colo = phase == "colocated"
     pre = phase == "prefill"
@@ -96,7 +132,11 @@ def attainment(
     rho = np.minimum(lam * service, 1.0)
     p_pre = rho * np.exp(-md1_decay(rho) * slack / np.maximum(service, 1e-12))
     p_pre = np.where(colo | pre, p_pre, 0.0)
-    return (1.0 - p_slot) * (1.0 - p_pre)
+    ok = (1.0 - p_slot) * (1.0 - p_pre)
+    if tail is not None:
+        nodes, tau, step, stall = tail
+        ok = ok * (1.0 - np.where(colo, tpot_tail(lam, nodes, tau, step, np.where(colo, stall, 0.0)), 0.0))
+    return ok
 
 
 def safe_load(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> np.ndarray:
@@ -129,16 +169,61 @@ def safe_load(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> np
         target_s[idx],
         mu[idx],
     )
+    tail = _tail_args(configs, slo, b, idx, out_tok)
+    colo = phase[idx] == "colocated"
+    # AT3 only where it can matter: rows whose TPOT tail at the full rate exceeds 1e-9 (the tail
+    # grows with the rate, so below that it is below it at every load of the bisection)
+    heavy = np.zeros(len(idx), dtype=bool)
+    if tail is not None and colo.any():
+        nodes, tau, step, stall = tail
+        heavy = colo & (tpot_tail(mu[idx], nodes, tau, step, np.where(colo, stall, 0.0)) > 1e-9)
+        sub = (nodes[heavy], tau[heavy], step[heavy], stall[heavy])
+
+    def meets(lam: np.ndarray) -> np.ndarray:
+        ok = attainment(lam, *args)
+        if heavy.any():
+            ok[heavy] *= 1.0 - tpot_tail(lam[heavy], *sub)
+        return ok >= target
+
     lo = np.zeros(len(idx))
     hi = np.ones(len(idx))
-    full_ok = attainment(mu[idx], *args) >= target
+    full_ok = meets(mu[idx])
     for _ in range(_BISECT_STEPS):
         mid = 0.5 * (lo + hi)
-        ok = attainment(mid * mu[idx], *args) >= target
+        ok = meets(mid * mu[idx])
         lo = np.where(ok, mid, lo)
         hi = np.where(ok, hi, mid)
     u[idx] = np.where(full_ok, 1.0, lo)
     return u
+
+
+def output_node_matrix(buckets: pd.DataFrame, classes: pd.Series, out_tokens: np.ndarray) -> np.ndarray:
+    """Rows x nodes of each row's class output lengths (``buckets.output_nodes``, NaN-padded);
+    a class without nodes has the one node ``out_tokens`` (its representative length)."""
+    nodes: dict[str, tuple[float, ...]] = {}
+    if "output_nodes" in buckets.columns:
+        nodes = {str(k): tuple(v) for k, v in buckets["output_nodes"].items() if isinstance(v, tuple | list) and len(v)}
+    width = max([len(v) for v in nodes.values()] + [1])
+    out = np.full((len(classes), width), np.nan)
+    out[:, 0] = out_tokens
+    for name, vals in nodes.items():
+        rows = np.flatnonzero(classes.to_numpy() == name)
+        if len(rows):
+            out[rows, :] = np.nan
+            out[np.ix_(rows, np.arange(len(vals)))] = np.asarray(vals, dtype=float)
+    return out
+
+
+def _tail_args(
+    configs: pd.DataFrame, slo: pd.DataFrame, b: pd.Series, idx: np.ndarray, out_tok: np.ndarray
+) -> tuple | None:
+    """AT3's inputs for the rows ``idx`` (None when the table has no step or stall times)."""
+    cols = set(configs.columns) if hasattr(configs, "columns") else set(configs)
+    if not {"step_s", "stall_s_per_req"} <= cols:
+        return None
+    tau = b.map(slo["tpot_slo_s"]).astype(float).to_numpy()
+    nodes = output_node_matrix(slo, b.iloc[idx].reset_index(drop=True), out_tok[idx])
+    return (nodes, tau[idx], floats(configs, "step_s")[idx], np.nan_to_num(floats(configs, "stall_s_per_req")[idx]))
 
 
 def capacity_share(configs: pd.DataFrame, buckets: pd.DataFrame, util_cap: float | None, target: float) -> np.ndarray:

@@ -187,6 +187,24 @@ def bucket_table(trace: pd.DataFrame, spec: BucketSpec) -> pd.DataFrame:
     return table
 
 
+#: Quantile nodes of a class's output lengths that the SLO-attainment model averages over (AT3).
+OUTPUT_NODES = 32
+
+
+def output_length_nodes(trace: pd.DataFrame, spec: BucketSpec, nodes: int = OUTPUT_NODES) -> list[tuple[float, ...]]:
+    """Per bucket (in :func:`bucket_names` order) its output lengths at the ``nodes`` mid-quantiles
+    ``(i + 0.5) / nodes``: an equal-weight discrete stand-in for the class's length distribution
+    (``alloc.attainment``, AT3); an empty tuple for an empty bucket."""
+    k = len(bucket_names(spec))
+    codes = bucket_codes(trace, spec)
+    out = trace["output_tokens"].to_numpy(np.float64)
+    count = np.bincount(codes, minlength=k)
+    srt = _sorted_by_bucket(codes, out)
+    qs = [_bucket_quantile(srt, count, (i + 0.5) / nodes) for i in range(nodes)]
+    grid = np.column_stack(qs) if qs else np.zeros((k, 0))
+    return [tuple(float(v) for v in grid[i]) if count[i] > 0 else () for i in range(k)]
+
+
 def _sorted_by_bucket(codes: np.ndarray, values: np.ndarray) -> np.ndarray:
     """``values`` ordered by bucket code, ascending within each bucket. Token counts (whole numbers
     below 2^40) in one sort of the integer key ``code x 2^40 + value``; other values sorted by
