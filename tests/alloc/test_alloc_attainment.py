@@ -67,12 +67,9 @@ def one_class():
     return inst, coeffs, pick
 
 
-def _replayed(inst, coeffs, r, load: float) -> float:
-    lengths = coeffs.buckets.set_index("bucket")
-    lam = load * float(r.max_rate_rps)
-    spec = {"a": (lam, int(lengths.at["a", "input_tokens"]), int(lengths.at["a", "output_tokens"]))}
-    tr = poisson_trace(spec, HORIZON_S)
-    row = {
+def _one_vpod(r, lam: float) -> dict:
+    """The plan row of one vPod of configuration ``r`` serving class ``a`` at ``lam`` req/s."""
+    return {
         "epoch": 0,
         "bucket": "a",
         "phase": "colocated",
@@ -86,7 +83,14 @@ def _replayed(inst, coeffs, r, load: float) -> float:
         "n_vpods": 1,
         "rate_rps": lam,
     }
-    return float(replay(plan_of([row]), inst, trace=tr, coeffs=coeffs).totals["slo_attainment"])
+
+
+def _replayed(inst, coeffs, r, load: float) -> float:
+    lengths = coeffs.buckets.set_index("bucket")
+    lam = load * float(r.max_rate_rps)
+    spec = {"a": (lam, int(lengths.at["a", "input_tokens"]), int(lengths.at["a", "output_tokens"]))}
+    tr = poisson_trace(spec, HORIZON_S)
+    return float(replay(plan_of([_one_vpod(r, lam)]), inst, trace=tr, coeffs=coeffs).totals["slo_attainment"])
 
 
 def test_safe_load_against_one_vpod_replays(one_class):
@@ -212,21 +216,7 @@ def _replayed_mixed(inst, coeffs, r, load: float, seed: int = 0) -> float:
         }
     )
     tr.attrs["source"] = "mixed-length-test-trace"
-    row = {
-        "epoch": 0,
-        "bucket": "a",
-        "phase": "colocated",
-        "chip": r.chip,
-        "shape": r.shape,
-        "chips_per_vpod": int(r.chips_per_vpod),
-        "tp": int(r.tp),
-        "pp": int(r.pp),
-        "ep": int(r.ep),
-        "batch": int(r.batch),
-        "n_vpods": 1,
-        "rate_rps": lam,
-    }
-    return float(replay(plan_of([row]), inst, trace=tr, coeffs=coeffs).totals["slo_attainment"])
+    return float(replay(plan_of([_one_vpod(r, lam)]), inst, trace=tr, coeffs=coeffs).totals["slo_attainment"])
 
 
 def test_tpot_tail_safe_load_against_mixed_length_replays(mixed_lengths):
@@ -281,3 +271,20 @@ def test_safe_load_is_where_the_full_formula_crosses_the_target(mixed_lengths):
         attainment((u[inner] + 1e-6) * mu[inner], *(a[inner] for a in args), tail=tuple(t[inner] for t in tail))
         < TARGET
     )
+
+
+def test_safe_load_memo_hits_only_the_same_inputs(mixed_lengths):
+    """The memo gives the same loads for the same tables, never a stale one: other output lengths
+    or another target derive anew, and a caller changing its copy changes nothing."""
+    from neuscale_opt.alloc import attainment as at
+
+    _, coeffs, _ = mixed_lengths
+    cfg = coeffs.configs[meets_slo(coeffs.configs, coeffs.buckets)]
+    first = safe_load(cfg, coeffs.buckets, TARGET)
+    first[:] = -1.0
+    again = safe_load(cfg, coeffs.buckets, TARGET)
+    assert np.array_equal(again, at._safe_load(cfg, coeffs.buckets, TARGET))
+    longer = coeffs.buckets.assign(output_nodes=[tuple(4.0 * o for o in v) for v in coeffs.buckets["output_nodes"]])
+    assert np.array_equal(safe_load(cfg, longer, TARGET), at._safe_load(cfg, longer, TARGET))
+    assert not np.array_equal(safe_load(cfg, longer, TARGET), again)
+    assert np.array_equal(safe_load(cfg, coeffs.buckets, 0.999), at._safe_load(cfg, coeffs.buckets, 0.999))
