@@ -218,6 +218,16 @@ worker); (a) 2.67 s (median of 3; the windows' HiGHS time 2.15 s), the same plan
 (b) 3.40 s, the same plan (24c9d633...89e26). The host of 2026-12-04 ran the same code 1.4x slower
 ((d) 14.13 s): on this one every target of (a), (b) and (d) is met with 16-80 % to spare.
 
+2026-12-06 (load 0.4-1.6; scaled traces' copies rotated within each epoch, AT3 in the safe loads):
+the default's trace changed, so (a) and (d) measure another plan. (a) 3.99 s wall (median of 3; the
+windows' HiGHS time 2.96 s; objective 90,415,909 J, bound 85,440,685, gap 5.5 %; rows
+8f6fc532...d2dc). (d) 17.83, 17.32, 17.53 s (median 17.53 s, 28.8 CPU-s) without the safe-load memo;
+the same host ran the code of ca836a1 (before both changes) at 14.7-15.1 s. Then interleaved, three
+rounds at load 1.4-1.6, ``neuscale-opt plan --out``: ca836a1 18.1, 19.2, 16.5 s (median 18.1); with AT3
+and no memo 22.9, 22.0, 21.0 s (median 22.0: one horizon plan derived the safe loads of the same 8
+tables 38 times); with the memo 18.8, 20.3, 18.7 s (median 18.8, 1.04x ca836a1). The host is about
+1.6x slower than that of 2026-12-05 on the same code; the 12-s target of (d) is not met here.
+
 Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
 the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
 """
