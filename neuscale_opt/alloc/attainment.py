@@ -89,19 +89,25 @@ def tpot_tail(
     ``P(Poisson(lambda o tau) > k(o))`` averaged over the row's output-length nodes ``out_nodes``
     (rows x nodes, NaN = no node; a node below one token has no TPOT). 0 where ``stall`` is 0 or
     there is no target, 1 where a round alone is longer than the target."""
-    lam = np.asarray(rate_rps, dtype=float)[:, None]
-    o = np.asarray(out_nodes, dtype=float)
-    tau = np.asarray(tpot_slo_s, dtype=float)[:, None]
-    step = np.asarray(step_s, dtype=float)[:, None]
-    stall = np.asarray(stall_s, dtype=float)[:, None]
-    live = np.isfinite(o) & (o >= 1.0) & np.isfinite(tau) & (stall > 0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        k = np.floor(o * (tau - step) / np.where(stall > 0, stall, 1.0))
-        mean_n = lam * o * np.where(np.isfinite(tau), tau, 0.0)
-        p_ok = np.where(k >= 0, gammaincc(np.maximum(k, 0.0) + 1.0, np.maximum(mean_n, 0.0)), 0.0)  # P(N <= k)
+    stall_all = np.asarray(stall_s, dtype=float)
+    tau_all = np.asarray(tpot_slo_s, dtype=float)
+    out = np.zeros(len(stall_all))
+    rows = np.flatnonzero((stall_all > 0) & np.isfinite(tau_all))  # the others have no tail
+    if len(rows) == 0:
+        return out
+    lam = np.asarray(rate_rps, dtype=float)[rows, None]
+    o = np.asarray(out_nodes, dtype=float)[rows]
+    tau = tau_all[rows, None]
+    step = np.asarray(step_s, dtype=float)[rows, None]
+    stall = stall_all[rows, None]
+    live = np.isfinite(o) & (o >= 1.0)
+    with np.errstate(invalid="ignore"):
+        k = np.floor(o * (tau - step) / stall)
+        p_ok = np.where(k >= 0, gammaincc(np.maximum(k, 0.0) + 1.0, np.maximum(lam * o * tau, 0.0)), 0.0)  # P(N <= k)
     p_fail = np.where(live, 1.0 - p_ok, 0.0)
     weight = np.isfinite(o).sum(axis=1)
-    return np.where(weight > 0, p_fail.sum(axis=1) / np.maximum(weight, 1), 0.0)
+    out[rows] = np.where(weight > 0, p_fail.sum(axis=1) / np.maximum(weight, 1), 0.0)
+    return out
 
 
 def attainment(
@@ -136,7 +142,7 @@ def attainment(
     ok = (1.0 - p_slot) * (1.0 - p_pre)
     if tail is not None:
         nodes, tau, step, stall = tail
-        ok = ok * (1.0 - np.where(colo, tpot_tail(lam, nodes, tau, step, np.where(colo, stall, 0.0)), 0.0))
+        ok = ok * (1.0 - tpot_tail(lam, nodes, tau, step, np.where(colo, stall, 0.0)))
     return ok
 
 
@@ -148,11 +154,16 @@ _KEY_COLUMNS = ("bucket", "phase", "batch", "pp", "ttft_s", "tpot_s", "max_rate_
 _BUCKET_KEY_COLUMNS = ("bucket", "ttft_slo_s", "tpot_slo_s", "output_tokens", "output_nodes")
 
 
+def _columns(configs: pd.DataFrame | dict) -> set[str]:
+    """The column names of a table or of a dict of its columns (what ``floats``/``texts`` read)."""
+    return set(configs.columns) if hasattr(configs, "columns") else set(configs)
+
+
 def _input_key(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> str:
     """A digest of everything :func:`safe_load` reads (the rows' columns, the classes' targets,
     lengths and output nodes, the target)."""
     h = hashlib.sha256()
-    cols = set(configs.columns) if hasattr(configs, "columns") else set(configs)
+    cols = _columns(configs)
     for c in _KEY_COLUMNS:
         if c not in cols:
             h.update(f"-{c}".encode())
@@ -213,20 +224,17 @@ def _safe_load(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> n
         mu[idx],
     )
     tail = _tail_args(configs, slo, b, idx, out_tok)
-    colo = phase[idx] == "colocated"
-    # AT3 only where it can matter: rows whose TPOT tail at the full rate exceeds 1e-9 (the tail
-    # grows with the rate, so below that it is below it at every load of the bisection)
-    heavy = np.zeros(len(idx), dtype=bool)
-    if tail is not None and colo.any():
+    if tail is not None:
+        # AT3 only where it can matter: rows whose TPOT tail at the full rate exceeds 1e-9 (the
+        # tail grows with the rate, so below that it is below it at every load of the bisection);
+        # the others get no stall, which ``tpot_tail`` skips
         nodes, tau, step, stall = tail
-        heavy = colo & (tpot_tail(mu[idx], nodes, tau, step, np.where(colo, stall, 0.0)) > 1e-9)
-        sub = (nodes[heavy], tau[heavy], step[heavy], stall[heavy])
+        stall = np.where(phase[idx] == "colocated", stall, 0.0)
+        heavy = tpot_tail(mu[idx], nodes, tau, step, stall) > 1e-9
+        tail = (nodes, tau, step, np.where(heavy, stall, 0.0))
 
     def meets(lam: np.ndarray) -> np.ndarray:
-        ok = attainment(lam, *args)
-        if heavy.any():
-            ok[heavy] *= 1.0 - tpot_tail(lam[heavy], *sub)
-        return ok >= target
+        return attainment(lam, *args, tail=tail) >= target
 
     lo = np.zeros(len(idx))
     hi = np.ones(len(idx))
@@ -261,8 +269,7 @@ def _tail_args(
     configs: pd.DataFrame, slo: pd.DataFrame, b: pd.Series, idx: np.ndarray, out_tok: np.ndarray
 ) -> tuple | None:
     """AT3's inputs for the rows ``idx`` (None when the table has no step or stall times)."""
-    cols = set(configs.columns) if hasattr(configs, "columns") else set(configs)
-    if not {"step_s", "stall_s_per_req"} <= cols:
+    if not {"step_s", "stall_s_per_req"} <= _columns(configs):
         return None
     tau = b.map(slo["tpot_slo_s"]).astype(float).to_numpy()
     nodes = output_node_matrix(slo, b.iloc[idx].reset_index(drop=True), out_tok[idx])
