@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from neuscale_opt.alloc.attainment import prompt_reach
 from neuscale_opt.calibrate import chip_calibration
 from neuscale_opt.catalog import ChipSpec, ModelSpec, energy_spec, energy_spec_with, get_chip, get_model
 from neuscale_opt.coefficients import Coefficients, slo_within
@@ -387,6 +388,11 @@ def _grid_columns(
         )
         # one sequence per decode step: the load-dependent energy model's small-batch end (E4, E5)
         dec, dec1 = cut(dec_all, searched), cut(dec_all, one)
+    if "colocated" in want:
+        # AT0: the prefill of the class's longest prompt node (``alloc.attainment.prefill_time``)
+        hi = buckets["prompt_hi_tokens"] if "prompt_hi_tokens" in buckets else buckets["input_tokens"]
+        si_hi = np.asarray(hi, dtype=float).reshape(1, nb, 1)
+        pre_hi = step_cost(model, hw, tp, pp, ep, np.ones((1, 1, 1)), si_hi, 0.0, nodes=nodes, attn_dp=dpa)
     if "colocated" in want or "prefill" in want:
         B_pre = B_one if "prefill" in want else np.ones((1, 1, 1))
         pre_all = step_cost(model, hw, tp, pp, ep, B_pre, si, 0.0, nodes=nodes, attn_dp=dpa)
@@ -419,6 +425,7 @@ def _grid_columns(
         e2e = ttft + so * tpot
         frames["colocated"] = dict(
             ttft_s=ttft,
+            ttft_hi_s=pre_hi.latency_s,
             tpot_s=tpot,
             e2e_s=e2e,
             latency_s=e2e,
@@ -448,6 +455,7 @@ def _grid_columns(
     if "prefill" in want:
         frames["prefill"] = dict(
             ttft_s=pre.latency_s,
+            ttft_hi_s=np.nan,
             tpot_s=np.nan,
             e2e_s=np.nan,
             latency_s=pre.latency_s,
@@ -476,6 +484,7 @@ def _grid_columns(
         dec_s = so * dec.t_stage_s
         frames["decode"] = dict(
             ttft_s=np.nan,
+            ttft_hi_s=np.nan,
             tpot_s=dec.latency_s,
             e2e_s=np.nan,
             latency_s=dec.latency_s,
@@ -879,7 +888,7 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
 
 
 def _read_trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_table, output_length_nodes
+    from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_table, length_nodes
     from neuscale_opt.traces.demand import burst_demand, epoch_demand
 
     w = inst.workload
@@ -895,8 +904,13 @@ def _read_trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.Dat
     )
     for c in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s"):
         buckets[c] = np.nan
-    # the class's output lengths at quantile nodes: the TPOT tail under prefill stalls (AT3)
-    buckets["output_nodes"] = output_length_nodes(trace, spec)
+    # the class's prompt and answer lengths at quantile nodes: the TTFT of its longer prompts (AT0)
+    # and the TPOT tail under prefill stalls (AT3)
+    buckets["input_nodes"] = length_nodes(trace, spec, "input_tokens")
+    buckets["prompt_hi_tokens"] = [
+        max(v) if len(v) else float(rep) for v, rep in zip(buckets["input_nodes"], buckets["input_tokens"], strict=True)
+    ]
+    buckets["output_nodes"] = length_nodes(trace, spec, "output_tokens")
     horizon_s = inst.epochs.horizon * inst.epochs.length_s if inst.epochs.horizon else None
     if w.provision_for == "burst":
         dem = burst_demand(
@@ -1057,6 +1071,8 @@ def context_notes(model: ModelSpec, buckets: pd.DataFrame | dict[str, np.ndarray
 
 #: The columns of the classes' table that the grid, the SLO check and the notes read.
 _CLASS_COLUMNS = ("bucket", "input_tokens", "output_tokens", "ttft_slo_s", "tpot_slo_s", "e2e_slo_s")
+#: Optional columns the grid reads when the classes' table has them (AT0's longest prompt node).
+_CLASS_OPTIONAL = ("prompt_hi_tokens",)
 
 
 def candidates(inst: Instance) -> CandidateSet:
@@ -1067,7 +1083,7 @@ def candidates(inst: Instance) -> CandidateSet:
     buckets, demand = instance_buckets_and_demand(inst)
     buckets, slo_note = apply_slo(inst, model, buckets, ctxs)
     # the classes' columns, read out of the table once for the grid, the SLO check and the notes
-    classes = {c: np.asarray(buckets[c]) for c in _CLASS_COLUMNS}
+    classes = {c: np.asarray(buckets[c]) for c in _CLASS_COLUMNS + _CLASS_OPTIONAL if c in buckets.columns}
     kinds = [k for c in inst.chip_names for k in vpod_kinds(model, ctxs[c].chip, inst.search.max_chips_per_vpod)]
     grid = _grid_columns(model, ctxs, kinds, classes, inst.search.batch_sizes, inst.search.phases)
     if grid is None:
@@ -1157,10 +1173,13 @@ def build_coefficients(inst: Instance, cset: CandidateSet | None = None) -> Coef
             "embodied_kg_per_chip_hour": [ctxs[c].embodied_kg_per_chip_hour for c in inst.chip_names],
         }
     )
+    # the share of each class's prompts its best configuration prefills within the target (AT0)
+    reach = prompt_reach(configs, cset.buckets)
+    buckets = cset.buckets.assign(prompt_reach=cset.buckets["bucket"].map(reach).fillna(1.0).to_numpy(float))
     return Coefficients(
         configs=configs,
         demand=cset.demand,
-        buckets=cset.buckets,
+        buckets=buckets,
         chips=chips,
         epoch_s=inst.epochs.length_s,
         pue=inst.energy.pue,

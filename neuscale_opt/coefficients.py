@@ -57,7 +57,11 @@ each of its latencies that has a target is at most that target (``neuscale_opt.c
 Optional ``mean_rate_ratio`` (-): the class's mean arrival rate over its provisioned rate across the
 horizon (phi_b of the energy model; absent = 1). Optional ``output_nodes`` (tuple of tokens): the
 class's output lengths at equal-weight quantile nodes, from the trace (the SLO-attainment model's
-TPOT tail, AT3; absent or empty = every request of ``output_tokens``).
+TPOT tail, AT3; absent or empty = every request of ``output_tokens``). Optional ``input_nodes`` (tuple
+of tokens), ``prompt_hi_tokens`` (its largest node) and ``prompt_reach`` (-): the class's prompt lengths
+at the same nodes, and the largest share of them one configuration prefills within the TTFT target (the
+model's AT0; absent = every prompt of ``input_tokens``, reach 1). Configurations may carry
+``ttft_hi_s``, the prefill of the class's ``prompt_hi_tokens`` (colocated rows).
 
 ``chips`` - per chip generation: ``chip``, ``healthy_chips`` (inventory; ``inf`` for unlimited),
 ``dcn_bytes_per_s`` (per chip), ``dcn_energy_j_per_byte``, ``price_usd_per_chip_hour``,

@@ -25,10 +25,26 @@ decode round in progress). Two waits, at request rate lambda per vPod:
   one stall of a long prompt can break a 5-token answer's TPOT, while a long answer averages
   its stalls out. Colocated rows only (a decode vPod of disaggregated serving has no prefill).
 
-Attainment(lambda) = (1 - P_AT1(x)) (1 - P_AT2(x)) (1 - P_AT3) (x clipped at 0), decreasing in lambda. The
-safe load of a configuration is u = lambda* / mu, lambda* the largest rate with attainment >= the
-target (bisection), mu = ``max_rate_rps`` (the coefficient table's rate; a disaggregated
-prefill row's KV transfer, checked against TTFT separately, does not enter). Prefill vPods
+* AT0, **the class's prompt lengths.** The row's ``ttft_s`` is the prefill of the class's
+  representative prompt ``S_rep``; a longer prompt of the class takes longer and has less slack.
+  Over the class's prompt lengths (``buckets.input_nodes``, equal-weight quantile nodes from the
+  trace), the prefill of ``S`` tokens is bounded from above by the row's two computed points
+  (:func:`prefill_time`): ``ttft_s`` up to ``S_rep``, the chord to ``ttft_hi_s`` (the prefill of
+  the class's longest node ``buckets.prompt_hi_tokens``, computed by the candidate search) up to
+  it (the roofline is convex in ``S``), proportional beyond. A prompt whose prefill alone exceeds
+  the target misses at any load; the others see AT1 and AT2 with their own slack ``x(S)``, and
+  the attainment is the mean over the nodes. Colocated rows (a prefill or decode vPod of
+  disaggregated serving keeps the representative prompt). Where no configuration of the class
+  prefills every prompt within the target (an open-ended class of very long prompts), the target
+  applies to the share the best one reaches (``buckets.prompt_reach``, :func:`prompt_reach` over
+  the whole candidate table): rows are judged against what the class allows, and the requests no
+  configuration serves in time are left to the replay to count.
+
+Attainment(lambda) = E_S[1(t(S) <= target) (1 - P_AT1(x(S))) (1 - P_AT2(x(S)))] (1 - P_AT3) (x clipped
+at 0), decreasing in lambda. The safe load of a configuration is u = lambda* / mu, lambda* the
+largest rate with attainment >= the target (times ``prompt_reach``; bisection), mu =
+``max_rate_rps`` (the coefficient table's rate; a disaggregated prefill row's KV transfer, checked
+against TTFT separately, does not enter). Prefill vPods
 (disaggregated) keep AT2 with service 1 / mu, decode vPods AT1 with the TTFT target as slack.
 Rows without a TTFT target or without latencies (e.g. profiled Mélange tables) keep
 ``DEFAULT_UTIL_CAP``.
@@ -110,6 +126,35 @@ def tpot_tail(
     return out
 
 
+def prefill_time(
+    ttft_s: np.ndarray,
+    s_rep: np.ndarray,
+    s_nodes: np.ndarray,
+    ttft_hi_s: np.ndarray | None = None,
+    s_hi: np.ndarray | None = None,
+) -> np.ndarray:
+    """AT0: an upper bound on the prefill latency of prompts of ``s_nodes`` tokens (rows x nodes),
+    from the row's prefill of the class's representative ``s_rep`` (``ttft_s``) and of its longest
+    prompt node ``s_hi`` (``ttft_hi_s``): ``ttft_s`` up to ``s_rep`` (a shorter prompt is not
+    slower), the chord between the two points up to ``s_hi`` (the roofline is convex in the prompt,
+    so the chord lies above it); beyond ``s_hi`` proportional to the prompt (an estimate, not a
+    bound: attention grows faster; the planner's nodes end at ``s_hi``)."""
+    t = np.asarray(ttft_s, dtype=float)[:, None]
+    rep = np.maximum(np.asarray(s_rep, dtype=float), 1.0)[:, None]
+    s = np.asarray(s_nodes, dtype=float)
+    if ttft_hi_s is None or s_hi is None:
+        t_hi, hi = t, rep
+    else:
+        t_hi = np.asarray(ttft_hi_s, dtype=float)[:, None]
+        hi = np.asarray(s_hi, dtype=float)[:, None]
+        usable = np.isfinite(t_hi) & (hi > rep) & (t_hi >= t)
+        t_hi, hi = np.where(usable, t_hi, t), np.where(usable, hi, rep)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mid = t + (t_hi - t) * np.where(hi > rep, (s - rep) / (hi - rep), 0.0)
+        beyond = t_hi * s / hi
+    return np.where(s <= rep, t, np.where(s <= hi, mid, beyond))
+
+
 def attainment(
     rate_rps: np.ndarray,
     phase: np.ndarray,
@@ -120,38 +165,99 @@ def attainment(
     ttft_slo_s: np.ndarray,
     mu_rps: np.ndarray,
     tail: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+    prompt: tuple[np.ndarray, ...] | None = None,
 ) -> np.ndarray:
-    """Share of requests within their TTFT target at ``rate_rps`` per vPod (rules AT1, AT2) and,
-    with ``tail = (out_nodes, tpot_slo_s, step_s, stall_s)``, within their TPOT target under
-    prefill stalls (AT3, colocated rows)."""
+    """Share of requests within their TTFT target at ``rate_rps`` per vPod (rules AT1, AT2); with
+    ``prompt = (in_nodes, s_rep, ttft_hi_s, s_hi)`` over the class's prompt lengths (AT0, colocated
+    rows; NaN nodes are absent), and with ``tail = (out_nodes, tpot_slo_s, step_s, stall_s)``
+    within their TPOT target under prefill stalls (AT3, colocated rows)."""
     lam = np.asarray(rate_rps, dtype=float)
     colo = phase == "colocated"
     pre = phase == "prefill"
     dec = phase == "decode"
     tpot = np.where(pre, 0.0, tpot_s)
-    slack = np.maximum(np.where(dec, ttft_slo_s, ttft_slo_s - ttft_s - tpot), 0.0)
+    # each row's prefill times at its prompt nodes (rows x nodes; the representative alone without AT0)
+    if prompt is not None:
+        in_nodes, s_rep, ttft_hi, s_hi = prompt
+        t_at = prefill_time(ttft_s, s_rep, in_nodes, ttft_hi, s_hi)
+        t_pre = np.where(colo[:, None], t_at, np.asarray(ttft_s)[:, None])
+        t_pre = np.where(np.isfinite(in_nodes) | ~colo[:, None], t_pre, np.nan)
+        reach = ~colo[:, None] | (t_pre <= np.asarray(ttft_slo_s)[:, None])
+    else:
+        t_pre = np.asarray(ttft_s, dtype=float)[:, None]
+        reach = np.ones_like(t_pre, dtype=bool)
+    slack = np.maximum(np.where(dec[:, None], ttft_slo_s[:, None], (ttft_slo_s - tpot)[:, None] - t_pre), 0.0)
     # AT1: slots (colocated and decode vPods)
     life = np.maximum(out_tokens * tpot, 1e-12)
-    p_slot = erlang_c(slots, lam * life) * np.exp(-np.maximum(slots / life - lam, 0.0) * slack)
-    p_slot = np.where(colo | dec, p_slot, 0.0)
+    wait_slot = erlang_c(slots, lam * life)
+    p_slot = wait_slot[:, None] * np.exp(-np.maximum(slots / life - lam, 0.0)[:, None] * slack)
+    p_slot = np.where((colo | dec)[:, None], p_slot, 0.0)
     # AT2: prompts ahead (colocated and prefill vPods)
     service = np.where(pre, 1.0 / mu_rps, ttft_s)
     rho = np.minimum(lam * service, 1.0)
-    p_pre = rho * np.exp(-md1_decay(rho) * slack / np.maximum(service, 1e-12))
-    p_pre = np.where(colo | pre, p_pre, 0.0)
-    ok = (1.0 - p_slot) * (1.0 - p_pre)
+    p_pre = rho[:, None] * np.exp(-(md1_decay(rho) / np.maximum(service, 1e-12))[:, None] * slack)
+    p_pre = np.where((colo | pre)[:, None], p_pre, 0.0)
+    ok_s = np.where(reach, (1.0 - p_slot) * (1.0 - p_pre), 0.0)
+    live = np.isfinite(t_pre)
+    ok = np.where(live, ok_s, 0.0).sum(axis=1) / np.maximum(live.sum(axis=1), 1)
     if tail is not None:
         nodes, tau, step, stall = tail
         ok = ok * (1.0 - tpot_tail(lam, nodes, tau, step, np.where(colo, stall, 0.0)))
     return ok
 
 
+def prompt_reach(configs: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
+    """Per class (``buckets.bucket``), the largest share of its prompts (``buckets.input_nodes``)
+    that one colocated row of ``configs`` prefills within the TTFT target at zero load (AT0's
+    :func:`prefill_time`); 1 for a class without nodes, targets or colocated rows. The planner's
+    coefficients carry it as ``buckets.prompt_reach`` (over the whole candidate table)."""
+    slo = buckets.set_index("bucket")
+    out = pd.Series(1.0, index=slo.index, dtype=float)
+    if "input_nodes" not in slo.columns or "ttft_s" not in _columns(configs):
+        return out
+    b = pd.Series(texts(configs, "bucket")).astype(str)
+    colo = np.array(texts(configs, "phase"), dtype=object) == "colocated"
+    target = b.map(slo["ttft_slo_s"]).astype(float).to_numpy()
+    rep = b.map(slo["input_tokens"]).astype(float).to_numpy()
+    ttft = floats(configs, "ttft_s")
+    rows = np.flatnonzero(colo & np.isfinite(target) & np.isfinite(ttft) & np.isfinite(rep))
+    if len(rows) == 0:
+        return out
+    nodes = node_matrix(slo, b.iloc[rows].reset_index(drop=True), rep[rows], "input_nodes")
+    t = prefill_time(ttft[rows], rep[rows], nodes, *_hi(configs, rows, nodes))
+    live = np.isfinite(nodes)
+    share = np.where(live, t <= target[rows, None], False).sum(axis=1) / np.maximum(live.sum(axis=1), 1)
+    best = pd.Series(share).groupby(b.iloc[rows].to_numpy()).max()
+    out.loc[best.index] = best.to_numpy()
+    return out
+
+
 #: safe loads already derived, by the content of their inputs (``_input_key``): a plan derives
 #: the same tables again and again (one horizon plan of the default: 38 calls, 8 distinct tables)
 _MEMO: dict[str, np.ndarray] = {}
 _MEMO_SIZE = 64
-_KEY_COLUMNS = ("bucket", "phase", "batch", "pp", "ttft_s", "tpot_s", "max_rate_rps", "step_s", "stall_s_per_req")
-_BUCKET_KEY_COLUMNS = ("bucket", "ttft_slo_s", "tpot_slo_s", "output_tokens", "output_nodes")
+_KEY_COLUMNS = (
+    "bucket",
+    "phase",
+    "batch",
+    "pp",
+    "ttft_s",
+    "tpot_s",
+    "max_rate_rps",
+    "step_s",
+    "ttft_hi_s",
+    "stall_s_per_req",
+)
+_BUCKET_KEY_COLUMNS = (
+    "bucket",
+    "ttft_slo_s",
+    "tpot_slo_s",
+    "input_tokens",
+    "output_tokens",
+    "input_nodes",
+    "output_nodes",
+    "prompt_reach",
+)
 
 
 def _columns(configs: pd.DataFrame | dict) -> set[str]:
@@ -223,6 +329,10 @@ def _safe_load(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> n
         target_s[idx],
         mu[idx],
     )
+    # the class's target on the share of its prompts that some configuration prefills in time (AT0)
+    reach = b.map(slo["prompt_reach"]).astype(float).fillna(1.0).to_numpy() if "prompt_reach" in slo.columns else None
+    goal = target * (np.clip(reach[idx], 0.0, 1.0) if reach is not None else np.ones(len(idx)))
+    prompt = _prompt_args(configs, slo, b, idx)
     tail = _tail_args(configs, slo, b, idx, out_tok)
     if tail is not None:
         # AT3 only where it can matter: rows whose TPOT tail at the full rate exceeds 1e-9 (the
@@ -234,7 +344,7 @@ def _safe_load(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> n
         tail = (nodes, tau, step, np.where(heavy, stall, 0.0))
 
     def meets(lam: np.ndarray) -> np.ndarray:
-        return attainment(lam, *args, tail=tail) >= target
+        return attainment(lam, *args, tail=tail, prompt=prompt) >= goal
 
     lo = np.zeros(len(idx))
     hi = np.ones(len(idx))
@@ -248,21 +358,39 @@ def _safe_load(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> n
     return u
 
 
-def output_node_matrix(buckets: pd.DataFrame, classes: pd.Series, out_tokens: np.ndarray) -> np.ndarray:
-    """Rows x nodes of each row's class output lengths (``buckets.output_nodes``, NaN-padded);
-    a class without nodes has the one node ``out_tokens`` (its representative length)."""
+def node_matrix(buckets: pd.DataFrame, classes: pd.Series, rep: np.ndarray, column: str) -> np.ndarray:
+    """Rows x nodes of each row's class lengths at quantile nodes (``buckets[column]``:
+    ``input_nodes`` or ``output_nodes``, NaN-padded); a class without nodes has the one node
+    ``rep`` (its representative length). ``buckets`` indexed by class."""
     nodes: dict[str, tuple[float, ...]] = {}
-    if "output_nodes" in buckets.columns:
-        nodes = {str(k): tuple(v) for k, v in buckets["output_nodes"].items() if isinstance(v, tuple | list) and len(v)}
+    if column in buckets.columns:
+        nodes = {str(k): tuple(v) for k, v in buckets[column].items() if isinstance(v, tuple | list) and len(v)}
     width = max([len(v) for v in nodes.values()] + [1])
     out = np.full((len(classes), width), np.nan)
-    out[:, 0] = out_tokens
+    out[:, 0] = rep
     for name, vals in nodes.items():
         rows = np.flatnonzero(classes.to_numpy() == name)
         if len(rows):
             out[rows, :] = np.nan
             out[np.ix_(rows, np.arange(len(vals)))] = np.asarray(vals, dtype=float)
     return out
+
+
+def _prompt_args(configs: pd.DataFrame, slo: pd.DataFrame, b: pd.Series, idx: np.ndarray) -> tuple | None:
+    """AT0's inputs for the rows ``idx`` (None without prompt nodes)."""
+    if "input_nodes" not in slo.columns:
+        return None
+    rep = b.map(slo["input_tokens"]).astype(float).to_numpy()[idx]
+    nodes = node_matrix(slo, b.iloc[idx].reset_index(drop=True), rep, "input_nodes")
+    return (nodes, rep, *_hi(configs, idx, nodes))
+
+
+def _hi(configs: pd.DataFrame, idx: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The rows' prefill of their class's longest prompt node and that node (``ttft_hi_s``, computed
+    by the candidate search at ``buckets.prompt_hi_tokens``); ``(None, None)`` without the column."""
+    if "ttft_hi_s" not in _columns(configs):
+        return None, None
+    return floats(configs, "ttft_hi_s")[idx], np.nanmax(np.where(np.isfinite(nodes), nodes, -np.inf), axis=1)
 
 
 def _tail_args(
@@ -272,7 +400,7 @@ def _tail_args(
     if not {"step_s", "stall_s_per_req"} <= _columns(configs):
         return None
     tau = b.map(slo["tpot_slo_s"]).astype(float).to_numpy()
-    nodes = output_node_matrix(slo, b.iloc[idx].reset_index(drop=True), out_tok[idx])
+    nodes = node_matrix(slo, b.iloc[idx].reset_index(drop=True), out_tok[idx], "output_nodes")
     return (nodes, tau[idx], floats(configs, "step_s")[idx], np.nan_to_num(floats(configs, "stall_s_per_req")[idx]))
 
 

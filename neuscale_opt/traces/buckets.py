@@ -187,19 +187,23 @@ def bucket_table(trace: pd.DataFrame, spec: BucketSpec) -> pd.DataFrame:
     return table
 
 
-#: Quantile nodes of a class's output lengths that the SLO-attainment model averages over (AT3).
-OUTPUT_NODES = 32
+#: Quantile nodes of a class's lengths that the SLO-attainment model averages over (AT0: prompts,
+#: AT3: answers).
+LENGTH_NODES = 32
 
 
-def output_length_nodes(trace: pd.DataFrame, spec: BucketSpec, nodes: int = OUTPUT_NODES) -> list[tuple[float, ...]]:
-    """Per bucket (in :func:`bucket_names` order) its output lengths at the ``nodes`` mid-quantiles
-    ``(i + 0.5) / nodes``: an equal-weight discrete stand-in for the class's length distribution
-    (``alloc.attainment``, AT3); an empty tuple for an empty bucket."""
+def length_nodes(
+    trace: pd.DataFrame, spec: BucketSpec, column: str = "output_tokens", nodes: int = LENGTH_NODES
+) -> list[tuple[float, ...]]:
+    """Per bucket (in :func:`bucket_names` order) the trace's ``column`` (``input_tokens`` or
+    ``output_tokens``) at the ``nodes`` mid-quantiles ``(i + 0.5) / nodes``: an equal-weight
+    discrete stand-in for the class's length distribution (``alloc.attainment``, AT0 and AT3); an
+    empty tuple for an empty bucket."""
     k = len(bucket_names(spec))
     codes = bucket_codes(trace, spec)
-    out = trace["output_tokens"].to_numpy(np.float64)
+    vals = trace[column].to_numpy(np.float64)
     count = np.bincount(codes, minlength=k)
-    srt = _sorted_by_bucket(codes, out)
+    srt = _sorted_by_bucket(codes, vals)
     qs = [_bucket_quantile(srt, count, (i + 0.5) / nodes) for i in range(nodes)]
     grid = np.column_stack(qs) if qs else np.zeros((k, 0))
     return [tuple(float(v) for v in grid[i]) if count[i] > 0 else () for i in range(k)]

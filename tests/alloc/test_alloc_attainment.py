@@ -239,7 +239,7 @@ def test_tpot_tail_safe_load_against_mixed_length_replays(mixed_lengths):
 def test_safe_load_is_where_the_full_formula_crosses_the_target(mixed_lengths):
     """``safe_load`` evaluates AT3 only on rows where it can bind; the loads it returns are where
     the whole formula (``attainment`` with every row's tail) crosses the target."""
-    from neuscale_opt.alloc.attainment import attainment, output_node_matrix
+    from neuscale_opt.alloc.attainment import attainment, node_matrix
 
     _, coeffs, _ = mixed_lengths
     cfg = coeffs.configs
@@ -249,7 +249,7 @@ def test_safe_load_is_where_the_full_formula_crosses_the_target(mixed_lengths):
     b = cfg["bucket"].astype(str)
     out = b.map(slo["output_tokens"]).astype(float).to_numpy()
     tail = (
-        output_node_matrix(slo, b, out),
+        node_matrix(slo, b, out, "output_nodes"),
         b.map(slo["tpot_slo_s"]).astype(float).to_numpy(),
         cfg["step_s"].to_numpy(float),
         cfg["stall_s_per_req"].to_numpy(float),
@@ -288,3 +288,130 @@ def test_safe_load_memo_hits_only_the_same_inputs(mixed_lengths):
     assert np.array_equal(safe_load(cfg, longer, TARGET), at._safe_load(cfg, longer, TARGET))
     assert not np.array_equal(safe_load(cfg, longer, TARGET), again)
     assert np.array_equal(safe_load(cfg, coeffs.buckets, 0.999), at._safe_load(cfg, coeffs.buckets, 0.999))
+
+
+#: Prompt lengths of the mixed-prompt class (32 equal-weight nodes around the representative 512).
+MIXED_IN = tuple(int(v) for v in np.geomspace(64, 2048, 32).round())
+PROMPT_HI = MIXED_IN[-1]
+
+
+def _by_kind(configs: pd.DataFrame) -> pd.Series:
+    """Colocated rows of class ``a`` by vPod kind without the batch (prefill is batch-1)."""
+    x = configs[(configs["phase"] == "colocated") & (configs["bucket"] == "a")]
+    kind = x["vpod_type"].str.replace(r":b\d+:", ":", regex=True)
+    return pd.Series(x["ttft_s"].to_numpy(float), index=kind).groupby(level=0).first()
+
+
+def test_prefill_time_bounds_the_roofline_from_above():
+    """AT0's prefill of a prompt of S tokens, read off the class's representative (512) and longest
+    node (2048), against the roofline's own prefill of S tokens (the candidate search with the class
+    at S): never below it, and within 25 % above it between the two points."""
+    from neuscale_opt.alloc.attainment import prefill_time
+
+    rep = _by_kind(build_coefficients(tiny_instance({"a": 1.0})).configs)
+    hi = _by_kind(build_coefficients(tiny_instance({"a": 1.0}, input_tokens={"a": PROMPT_HI})).configs)
+    for s in (64, 256, 768, 1024, 1536, 2048):
+        true = _by_kind(build_coefficients(tiny_instance({"a": 1.0}, input_tokens={"a": s})).configs)
+        k = rep.index.intersection(hi.index).intersection(true.index)
+        assert len(k) >= 5
+        est = prefill_time(
+            rep[k].to_numpy(),
+            np.full(len(k), 512.0),
+            np.full((len(k), 1), float(s)),
+            hi[k].to_numpy(),
+            np.full(len(k), float(PROMPT_HI)),
+        )[:, 0]
+        assert np.all(est >= true[k].to_numpy() * (1 - 1e-9)), s
+        if s >= 512:
+            assert np.all(est <= true[k].to_numpy() * 1.25), s
+
+
+@pytest.fixture(scope="module")
+def mixed_prompts():
+    """Class ``a`` with the prompt lengths ``MIXED_IN`` (``buckets.input_nodes``, the longest node's
+    prefill per row from the candidate search at that length), and the loads of its colocated rows
+    with AT0 (``u``) and with the representative prompt alone (``u_rep``)."""
+    from dataclasses import replace
+
+    from neuscale_opt.alloc.attainment import prompt_reach
+
+    inst = tiny_instance({"a": 1.0}, epochs=1, length_s=HORIZON_S)
+    plain = build_coefficients(inst)
+    hi = _by_kind(build_coefficients(tiny_instance({"a": 1.0}, input_tokens={"a": PROMPT_HI})).configs)
+    cfg = plain.configs.copy()
+    kind = cfg["vpod_type"].str.replace(r":b\d+:", ":", regex=True)
+    cfg["ttft_hi_s"] = np.where((cfg["phase"] == "colocated") & (cfg["bucket"] == "a"), kind.map(hi), np.nan)
+    b = plain.buckets
+    buckets = b.assign(
+        input_nodes=[tuple(float(s) for s in MIXED_IN) if x == "a" else () for x in b["bucket"]],
+        prompt_hi_tokens=[
+            float(PROMPT_HI) if x == "a" else float(s) for x, s in zip(b["bucket"], b["input_tokens"], strict=True)
+        ],
+    )
+    buckets = buckets.assign(prompt_reach=buckets["bucket"].map(prompt_reach(cfg, buckets)).to_numpy(float))
+    coeffs = replace(plain, configs=cfg, buckets=buckets)
+    rows = cfg[(cfg["phase"] == "colocated") & (cfg["bucket"] == "a") & meets_slo(cfg, buckets)].copy()
+    rows["u"] = safe_load(rows, buckets, TARGET)
+    rows["u_rep"] = safe_load(rows, plain.buckets, TARGET)
+    return inst, coeffs, rows
+
+
+def _replayed_prompts(inst, coeffs, r, load: float, seed: int = 0) -> float:
+    rng = np.random.default_rng(seed)
+    lam = load * float(r.max_rate_rps)
+    n = int(rng.poisson(lam * HORIZON_S))
+    tr = pd.DataFrame(
+        {
+            "arrival_s": np.sort(rng.random(n) * HORIZON_S),
+            "input_tokens": rng.choice(np.asarray(MIXED_IN, dtype=np.int64), size=n),
+            "output_tokens": np.full(
+                n, int(coeffs.buckets.set_index("bucket").at["a", "output_tokens"]), dtype=np.int64
+            ),
+            "bucket": "a",
+        }
+    )
+    tr.attrs["source"] = "mixed-prompt-test-trace"
+    return float(replay(plan_of([_one_vpod(r, lam)]), inst, trace=tr, coeffs=coeffs).totals["slo_attainment"])
+
+
+def test_prompt_lengths_safe_load_against_replays(mixed_prompts):
+    """AT0 against one-vPod replays with the class's mixed prompts: where it rules a row out (its
+    longer prompts miss TTFT with no queue), the replay at the representative-only load misses the
+    target; where it lowers the load, the replay keeps the target at the derived load. The class's
+    best configuration reaches every prompt."""
+    inst, coeffs, rows = mixed_prompts
+    assert coeffs.buckets.set_index("bucket").at["a", "prompt_reach"] == 1.0
+    out = rows[(rows["u"] == 0) & (rows["u_rep"] > 0)]
+    low = rows[(rows["u"] > 0) & (rows["u"] < rows["u_rep"] - 0.02)]
+    assert len(out) >= 2 and len(low) >= 2
+    pick = lambda x: x.sort_values(["energy_j_per_req", "config_id"]).drop_duplicates("batch").head(3)  # noqa: E731
+    for r in pick(out).itertuples():
+        assert _replayed_prompts(inst, coeffs, r, float(r.u_rep)) < TARGET, r.vpod_type
+    for r in pick(low).itertuples():
+        assert _replayed_prompts(inst, coeffs, r, float(r.u)) >= TARGET - NOISE, r.vpod_type
+
+
+def test_prompt_reach_hand_values():
+    """Two rows of one class with prompts 100, 200, 300, 400 (representative 200, longest 400):
+    prefills 1.0 s and 2.0 s at 200, 2.0 s and 4.0 s at 400, target 2.5 s. Row 1: 1.0, 1.0, 1.5,
+    2.0 s, all within; row 2: 2.0, 2.0, 3.0, 4.0 s, half. The class's reach is the best, 1.0; with
+    the target at 1.6 s, row 1 reaches 3 of 4."""
+    from neuscale_opt.alloc.attainment import prefill_time, prompt_reach
+
+    cfg = pd.DataFrame(
+        {"bucket": ["c", "c"], "phase": ["colocated"] * 2, "ttft_s": [1.0, 2.0], "ttft_hi_s": [2.0, 4.0]}
+    )
+    t = prefill_time(
+        np.array([1.0, 2.0]),
+        np.array([200.0] * 2),
+        np.array([[100.0, 200, 300, 400]] * 2),
+        np.array([2.0, 4.0]),
+        np.array([400.0] * 2),
+    )
+    assert np.allclose(t, [[1.0, 1.0, 1.5, 2.0], [2.0, 2.0, 3.0, 4.0]])
+    b = pd.DataFrame(
+        {"bucket": ["c"], "input_tokens": [200], "ttft_slo_s": [2.5], "input_nodes": [(100.0, 200.0, 300.0, 400.0)]}
+    )
+    assert prompt_reach(cfg, b)["c"] == 1.0
+    assert prompt_reach(cfg.iloc[[1]], b)["c"] == 0.5
+    assert prompt_reach(cfg, b.assign(ttft_slo_s=[1.6]))["c"] == 0.75

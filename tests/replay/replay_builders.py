@@ -22,9 +22,12 @@ def tiny_instance(
     v6e_chips: int = 8,
     v5e_chips: int = 16,
     slo: dict[str, Any] | None = None,
+    input_tokens: dict[str, int] | None = None,
 ) -> Instance:
-    """Llama-3-8B, classes ``a`` (512 in / 128 out) and ``b`` (2048 / 256), v6e and v5e chips."""
+    """Llama-3-8B, classes ``a`` (512 in / 128 out) and ``b`` (2048 / 256), v6e and v5e chips;
+    ``input_tokens`` overrides a class's prompt length."""
     rates = rates or {"a": 1.0, "b": 1.0}
+    prompt = {"a": 512, "b": 2048, **(input_tokens or {})}
     return parse_instance(
         {
             "name": "tiny",
@@ -32,8 +35,8 @@ def tiny_instance(
             "fleet": [{"chip": "tpu-v6e", "chips": v6e_chips}, {"chip": "tpu-v5e", "chips": v5e_chips}],
             "workload": {
                 "classes": [
-                    {"name": "a", "input_tokens": 512, "output_tokens": 128},
-                    {"name": "b", "input_tokens": 2048, "output_tokens": 256},
+                    {"name": "a", "input_tokens": prompt["a"], "output_tokens": 128},
+                    {"name": "b", "input_tokens": prompt["b"], "output_tokens": 256},
                 ],
                 "demand": [
                     {"epoch": e, "bucket": b, "rate_rps": r} for e in range(epochs) for b, r in sorted(rates.items())

@@ -16,7 +16,7 @@ from neuscale_opt.traces.buckets import (
     bucket_names,
     bucket_table,
     histogram,
-    output_length_nodes,
+    length_nodes,
 )
 from neuscale_opt.traces.loaders import load_trace_file
 from neuscale_opt.traces.shipped import AZURE_CODE, AZURE_CONV, MOONCAKE_CONV
@@ -71,15 +71,20 @@ def test_bucket_table_hand_computed() -> None:
     assert up.loc["s0-10", ["input_tokens", "output_tokens"]].tolist() == [4, 6]  # 10 split 3:4 -> 4, 6
 
 
-def test_output_length_nodes_hand_computed() -> None:
+def test_length_nodes_hand_computed() -> None:
     # s0-10 holds outputs 3 and 5: at 4 nodes the mid-quantiles 1/8, 3/8, 5/8, 7/8 interpolate
     # between the two order statistics (position q x 1): 3.25, 3.75, 4.25, 4.75; s10-100 holds
     # 5, 7, 8 (positions q x 2: 0.25, 0.75, 1.25, 1.75); s100-inf is empty
     t = trace([(2, 3), (20, 5), (4, 5), (40, 8), (60, 7)])
-    nodes = output_length_nodes(t, ONE_D, nodes=4)
+    nodes = length_nodes(t, ONE_D, "output_tokens", nodes=4)
     assert nodes[0] == pytest.approx((3.25, 3.75, 4.25, 4.75))
     assert nodes[1] == pytest.approx((5.5, 6.5, 7.25, 7.75))
     assert nodes[2] == ()
+    # the prompts of the same classes: s0-10 holds 2 and 4, s10-100 holds 20, 40, 60
+    prompts = length_nodes(t, ONE_D, "input_tokens", nodes=4)
+    assert prompts[0] == pytest.approx((2.25, 2.75, 3.25, 3.75))
+    assert prompts[1] == pytest.approx((25.0, 35.0, 45.0, 55.0))
+    assert prompts[2] == ()
 
 
 def test_two_d_upper_and_empty() -> None:
