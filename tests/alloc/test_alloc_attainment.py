@@ -203,20 +203,35 @@ def mixed_lengths():
     return inst, coeffs, pick
 
 
-def _replayed_mixed(inst, coeffs, r, load: float, seed: int = 0) -> float:
+def _replayed_lengths(inst, coeffs, r, load: float, prompts=None, answers=None, seed: int = 0) -> float:
+    """Attainment of one vPod of row ``r`` under Poisson arrivals at ``load`` for 30 minutes, each
+    request's prompt drawn from ``prompts`` and answer from ``answers`` (equal weights; the class's
+    representative length where None)."""
     rng = np.random.default_rng(seed)
     lam = load * float(r.max_rate_rps)
     n = int(rng.poisson(lam * HORIZON_S))
+    rep = coeffs.buckets.set_index("bucket").loc["a"]
+
+    def draw(values, col: str) -> np.ndarray:
+        if values is None:
+            return np.full(n, int(rep[col]), dtype=np.int64)
+        return rng.choice(np.asarray(values, dtype=np.int64), size=n)
+
+    arrivals = np.sort(rng.random(n) * HORIZON_S)
     tr = pd.DataFrame(
         {
-            "arrival_s": np.sort(rng.random(n) * HORIZON_S),
-            "input_tokens": np.full(n, int(coeffs.buckets.set_index("bucket").at["a", "input_tokens"]), dtype=np.int64),
-            "output_tokens": rng.choice(np.asarray(MIXED_OUT, dtype=np.int64), size=n),
+            "arrival_s": arrivals,
+            "input_tokens": draw(prompts, "input_tokens"),
+            "output_tokens": draw(answers, "output_tokens"),
             "bucket": "a",
         }
     )
     tr.attrs["source"] = "mixed-length-test-trace"
     return float(replay(plan_of([_one_vpod(r, lam)]), inst, trace=tr, coeffs=coeffs).totals["slo_attainment"])
+
+
+def _replayed_mixed(inst, coeffs, r, load: float) -> float:
+    return _replayed_lengths(inst, coeffs, r, load, answers=MIXED_OUT)
 
 
 def test_tpot_tail_safe_load_against_mixed_length_replays(mixed_lengths):
@@ -356,22 +371,8 @@ def mixed_prompts():
     return inst, coeffs, rows
 
 
-def _replayed_prompts(inst, coeffs, r, load: float, seed: int = 0) -> float:
-    rng = np.random.default_rng(seed)
-    lam = load * float(r.max_rate_rps)
-    n = int(rng.poisson(lam * HORIZON_S))
-    tr = pd.DataFrame(
-        {
-            "arrival_s": np.sort(rng.random(n) * HORIZON_S),
-            "input_tokens": rng.choice(np.asarray(MIXED_IN, dtype=np.int64), size=n),
-            "output_tokens": np.full(
-                n, int(coeffs.buckets.set_index("bucket").at["a", "output_tokens"]), dtype=np.int64
-            ),
-            "bucket": "a",
-        }
-    )
-    tr.attrs["source"] = "mixed-prompt-test-trace"
-    return float(replay(plan_of([_one_vpod(r, lam)]), inst, trace=tr, coeffs=coeffs).totals["slo_attainment"])
+def _replayed_prompts(inst, coeffs, r, load: float) -> float:
+    return _replayed_lengths(inst, coeffs, r, load, prompts=MIXED_IN)
 
 
 def test_prompt_lengths_safe_load_against_replays(mixed_prompts):
