@@ -223,8 +223,8 @@ def prompt_reach(configs: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
     rows = np.flatnonzero(colo & np.isfinite(target) & np.isfinite(ttft) & np.isfinite(rep))
     if len(rows) == 0:
         return out
-    nodes = node_matrix(slo, b.iloc[rows].reset_index(drop=True), rep[rows], "input_nodes")
-    t = prefill_time(ttft[rows], rep[rows], nodes, *_hi(configs, rows, nodes))
+    nodes, rep_rows, t_hi, s_hi = _prompt_args(configs, slo, b, rows)
+    t = prefill_time(ttft[rows], rep_rows, nodes, t_hi, s_hi)
     live = np.isfinite(nodes)
     share = np.where(live, t <= target[rows, None], False).sum(axis=1) / np.maximum(live.sum(axis=1), 1)
     best = pd.Series(share).groupby(b.iloc[rows].to_numpy()).max()
