@@ -2,7 +2,7 @@
 
 ``neuscale-opt replay PLAN.json [--instance INSTANCE [--force]] [--trace TRACE] [--json PATH|-]
 [--requests PATH|-] [--create-delay S] [--cold-start] [--idle-fleet-power] [--admission all|plan]
-[--routing plan|load]``
+[--routing plan|load] [--no-overflow]``
 
 PLAN.json is a plan in the allocation planner's JSON contract; INSTANCE the instance it was made
 for (default: the instance the plan's provenance records, else the embedded default; an instance
@@ -15,6 +15,9 @@ input (a plan that does not match the instance, an unreadable trace), with a one
 rows), so the replay does the work the plan accounts (README section 3); default ``all``.
 ``--routing load`` sends each request to the best vPod of all its class's groups instead of
 splitting the class over them as the plan's rates say (default ``plan``; README section 2).
+``--no-overflow`` keeps every request on its class's groups (by default a request those would
+serve after its TTFT target goes to another class's vPod whose configuration serves its class, if
+that one gives its first token in time).
 """
 
 from __future__ import annotations
@@ -82,6 +85,12 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
         default="plan",
         help="plan: split each class over its groups as the plan's rates say (default); load: the best vPod of any",
     )
+    p.add_argument(
+        "--no-overflow",
+        action="store_true",
+        help="keep every request on its class's groups (default: a request they would serve late may go to "
+        "another class's vPod that serves its class in time)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_replay)
 
@@ -119,6 +128,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "idle_fleet_power": args.idle_fleet_power,
         "admission": args.admission,
         "routing": args.routing,
+        "overflow": not args.no_overflow,
     }
     if args.create_delay is not None:
         kw["create_delay_s"] = args.create_delay

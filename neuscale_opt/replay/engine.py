@@ -187,13 +187,19 @@ def run(
     warm_start: bool,
     on_epoch: Callable[[int], object] | None = None,
     routing: str = "plan",
+    overflow: list[frozenset[int]] | None = None,
+    ttft_target: list[float] | None = None,
 ) -> EngineResult:
     """Replay requests (sorted by arrival) against ``schedule[e]`` for epochs ``e = 0 .. E-1``;
     ``on_epoch(1)`` (e.g. a progress bar's ``update``) is called as each epoch boundary is reached.
     ``routing``: ``"plan"`` splits each class's requests over its groups in the proportions of the
     planned rates (smooth weighted round-robin over the groups with a ready vPod, then the best vPod
     of the chosen group; spilling over to another group's vPod without a waiting prompt when every
-    vPod of the chosen group has one); ``"load"`` sends each to the best vPod of all its groups."""
+    vPod of the chosen group has one); ``"load"`` sends each to the best vPod of all its groups.
+    ``overflow`` (per vPod type, the classes its configuration serves within their SLO): an arrival
+    whose own best vPod has a prompt waiting joins a vPod without one in a colocated group of
+    another class whose type serves its class, when there is one (the router coalesces at run time
+    what the plan sized apart); None: never."""
     n_req = len(arrival)
     nan = math.nan
     start = [nan] * n_req
@@ -210,6 +216,9 @@ def run(
     route = _Lanes(n_buckets)  # colocated / prefill groups of each class
     droute = _Lanes(n_buckets)  # decode groups
     split = routing == "plan"
+    alt: list[list[_Group]] = [[] for _ in range(n_buckets)]  # overflow hosts of each class this epoch
+    if ttft_target is None:
+        ttft_target = [math.inf] * n_buckets
     pending: list[deque[int]] = [deque() for _ in range(n_buckets)]
     dpending: list[deque[int]] = [deque() for _ in range(n_buckets)]  # prefilled, waiting for a decode vPod
     push = heapq.heappush
@@ -332,7 +341,51 @@ def run(
                     best, best_key = v, key
         return best, best_key
 
-    def best_vpod(b: int, lanes: _Lanes = route) -> _Vpod | None:
+    def start_wait(v: _Vpod, t: float) -> float:
+        """Estimated wait before a prompt routed to ``v`` at ``t`` starts its prefill: what is left
+        of the prefill in progress, the prefill stalls of the prompts queued ahead, plus, when the
+        slots are taken, the decode rounds until enough sequences finish to free one for it (at
+        the current round time)."""
+        tab = v.tab
+        w = 0.0
+        if v.state == PREFILLING and v.rid >= 0:  # the prompt in prefill (colocated: one at a time)
+            left = start[v.rid] + tab.pre_stall[s_in[v.rid]] - t
+            if left > 0.0:
+                w = left
+        for r in v.queue:
+            w += tab.pre_stall[s_in[r]]
+        need = v.n_act + len(v.queue) - v.slots + 1  # sequences that must finish to free a slot
+        if need > 0 and v.fin:
+            ahead = ((v.fin[0] if need == 1 else heapq.nsmallest(need, v.fin)[-1])[0] - v.D) * v.tau
+            if v.state == DECODING:
+                ahead -= t - v.t0
+            if ahead > 0.0:
+                w += ahead
+        return w
+
+    def best_vpod(b: int, lanes: _Lanes = route, rid: int = -1, t: float = 0.0) -> _Vpod | None:
+        """The vPod request ``rid`` of class ``b`` joins at ``t``: :func:`own_vpod`; with
+        ``overflow``, when that one (or none ready) would give its first token after its TTFT
+        target, the vPod of a group of another class whose type serves ``b`` that gives it soonest,
+        if that one meets the target and has no prompt waiting."""
+        v = own_vpod(b, lanes)
+        if rid < 0 or not alt[b] or (v is not None and not v.queue and v.state != PREFILLING):
+            return v
+        s = s_in[rid]
+        deadline = arrival[rid] + ttft_target[b]
+        if v is not None and t + start_wait(v, t) + v.tab.pre_lat[s] <= deadline:
+            return v
+        host, first_at = None, deadline
+        for g in alt[b]:
+            for h in g.ready:
+                if h.queue or h.state == PREFILLING:
+                    continue
+                at = t + start_wait(h, t) + h.tab.pre_lat[s]
+                if at <= first_at:
+                    host, first_at = h, at
+        return v if host is None else host
+
+    def own_vpod(b: int, lanes: _Lanes) -> _Vpod | None:
         gs = lanes.groups[b]
         if not (split and len(gs) > 1):
             return best_in(gs)[0]
@@ -366,7 +419,7 @@ def run(
         for b in bs:
             q = pending[b]
             while q:
-                v = best_vpod(b)
+                v = best_vpod(b, route, q[0], t)
                 if v is None:
                     break
                 assign(q.popleft(), v, t)
@@ -483,6 +536,11 @@ def run(
             rates = eg.rates or (math.nan,) * len(eg.buckets)
             for b, r in zip(eg.buckets, rates, strict=True):
                 lanes.add(b, g, r if r == r and r >= 0.0 else 1.0)  # no rate given: equal shares
+        if overflow is not None:
+            host = [groups[eg.key] for eg in target if groups[eg.key].phase == PH_COLOCATED]
+            for b in range(n_buckets):
+                own = route.groups[b]
+                alt[b] = [g for g in host if b in overflow[g.type_index] and g not in own]
         drain_pending(range(n_buckets), t)
         drain_dpending(range(n_buckets), t)
         for g in groups.values():
@@ -577,7 +635,7 @@ def run(
             continue
         n_events += 1  # an arrival: to the best vPod of its class, or the class's queue
         b = bucket[i_arr]
-        v = best_vpod(b)
+        v = best_vpod(b, route, i_arr, t_arr)
         if v is None:
             pending[b].append(i_arr)
         else:

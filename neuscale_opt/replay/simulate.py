@@ -46,7 +46,7 @@ from neuscale_opt.energy import static_energy_j
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import Instance
 from neuscale_opt.replay.engine import EngineResult, EpochGroup, run
-from neuscale_opt.replay.plan import Plan, arrival_epochs, instance_bucket_names, load_plan
+from neuscale_opt.replay.plan import Plan, VpodType, arrival_epochs, instance_bucket_names, load_plan
 from neuscale_opt.replay.tables import StepTable, build_table
 
 SECONDS_PER_HOUR = 3600.0
@@ -85,6 +85,11 @@ class ReplayOptions:
     vPod of its group (spilling over to another group only when every vPod of the chosen one has a
     prompt waiting), so the replay runs the split the plan accounts; ``"load"``: each request to
     the best vPod of all the class's groups, whatever the plan's split (README section 2).
+    ``overflow`` (default True): an arrival whose own groups' best vPod has a prompt waiting (a
+    burst, or a class mix that moved from the plan's) joins an idle-prompt vPod of another class's
+    colocated group whose configuration serves its class within the SLO (a feasible row of the
+    candidate table), as a router that coalesces at run time would; False keeps every class on
+    its planned groups.
     """
 
     create_delay_s: float = DEFAULT_CREATE_DELAY_S
@@ -93,6 +98,7 @@ class ReplayOptions:
     idle_fleet_power: bool = False
     admission: str = "all"
     routing: str = "plan"
+    overflow: bool = True
 
     def __post_init__(self) -> None:
         if not (self.create_delay_s >= 0 and math.isfinite(self.create_delay_s)):
@@ -349,10 +355,30 @@ def replay(
         opts.warm_start,
         on_epoch=progress,
         routing=opts.routing,
+        overflow=overflow_classes(plan.types, coeffs, codes) if opts.overflow else None,
+        ttft_target=_ttft_targets(coeffs, names),
     )
     if not keep.all():
         res = _expand(res, keep)
     return _account(res, tr, bcode, names, plan, tables, instance, coeffs, opts, keep)
+
+
+def _ttft_targets(coeffs: Coefficients, names: list[str]) -> list[float]:
+    """Each class's TTFT target (s; infinite where it has none)."""
+    v = coeffs.buckets.set_index("bucket")["ttft_slo_s"].reindex(names).to_numpy(np.float64)
+    return np.where(np.isfinite(v), v, np.inf).tolist()
+
+
+def overflow_classes(types: tuple[VpodType, ...], coeffs: Coefficients, codes: dict[str, int]) -> list[frozenset[int]]:
+    """Per vPod type, the codes of the classes its configuration serves within their SLO and
+    memory (the candidate table's feasible rows): the classes whose overflow it may take."""
+    cfg = coeffs.configs
+    ok = cfg.loc[cfg["feasible"].to_numpy(bool), ["vpod_type", "bucket"]]
+    serves: dict[str, set[int]] = {}
+    for key, b in zip(ok["vpod_type"].astype(str), ok["bucket"].astype(str), strict=True):
+        if b in codes:
+            serves.setdefault(key, set()).add(codes[b])
+    return [frozenset(serves.get(vt.key, ())) for vt in types]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -644,6 +670,7 @@ def _account(
             "idle_fleet_power": opts.idle_fleet_power,
             "admission": opts.admission,
             "routing": opts.routing,
+            "overflow": opts.overflow,
         },
         "units": {
             "energy_j": "J at the facility (PUE applied)",

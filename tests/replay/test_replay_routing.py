@@ -73,3 +73,63 @@ def test_a_burst_spills_over_to_a_group_without_waiting_prompts():
     trace = trace_of([(0.0, 2048, 4, "a")] * 2)
     res = replay(plan, INST, trace)
     assert _served_on(res, "tpu-v6e") == 1 and _served_on(res, "tpu-v5e") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# overflow: a request its own groups would serve after its TTFT target goes to another class's
+# vPod whose type serves its class, when that vPod gives it its first token within the target
+
+
+def _lone_ttft(inst, plan: dict, s_in: int) -> float:
+    """The TTFT of one class-a prompt of ``s_in`` tokens alone on ``plan``'s vPods."""
+    res = replay(plan, inst, trace_of([(0.0, s_in, 4, "a")]), ReplayOptions(overflow=False))
+    return float(res.requests["ttft_s"].iloc[0])
+
+
+def _overflow_case(ttft_factor: float, host: dict | None = None):
+    """Two prompts of class a at t = 0 on one v6e vPod of batch 2 planned for a, one vPod planned for
+    b (``host`` overrides its row); TTFT target = ``ttft_factor`` x a lone prompt's TTFT."""
+    probe = plan_of([row(0, "a", 1, vpod_group="ga")])
+    base = tiny_instance({"a": 1.0, "b": 1.0})
+    p = _lone_ttft(base, probe, 2048)
+    inst = tiny_instance({"a": 1.0, "b": 1.0}, slo={"mode": "absolute", "ttft_s": ttft_factor * p, "tpot_s": 1.0})
+    plan = plan_of([row(0, "a", 1, vpod_group="ga"), row(0, "b", 1, vpod_group="gb", **(host or {}))])
+    trace = trace_of([(0.0, 2048, 4, "a"), (0.0, 2048, 4, "a")])
+    return inst, plan, trace, p
+
+
+def _groups(res) -> list[str]:
+    v = res.vpods.set_index("vpod")["vpod_group"]
+    return [v[i] for i in res.requests["vpod"]]
+
+
+def test_overflow_sends_a_late_prompt_to_another_class_vpod_that_meets_its_ttft():
+    # on its own vPod the second prompt waits for the first's prefill: TTFT about 2 p > 1.5 p
+    inst, plan, trace, p = _overflow_case(1.5)
+    off = replay(plan, inst, trace, ReplayOptions(overflow=False))
+    assert _groups(off) == ["ga", "ga"]
+    assert off.requests["ttft_s"].iloc[1] > 1.5 * p and not off.requests["slo_met"].iloc[1]
+    on = replay(plan, inst, trace)  # overflow is the default
+    assert on.meta["options"]["overflow"] is True
+    assert _groups(on) == ["ga", "gb"]
+    assert on.requests["ttft_s"].iloc[1] == pytest.approx(p) and bool(on.requests["slo_met"].all())
+
+
+def test_overflow_leaves_a_prompt_on_its_own_vpod_when_that_meets_its_ttft():
+    # a target of 3 p: waiting behind one prefill still meets it, so nothing moves
+    inst, plan, trace, _ = _overflow_case(3.0)
+    assert _groups(replay(plan, inst, trace)) == ["ga", "ga"]
+
+
+def test_overflow_needs_a_host_that_meets_the_target():
+    # the b vPod is a v5e chip, slower than the target allows for this prompt: no move
+    inst, plan, trace, p = _overflow_case(1.5, host={"chip": "tpu-v5e", "tp": 1, "batch": 2})
+    slow = _lone_ttft(inst, plan_of([row(0, "a", 1, vpod_group="ga", chip="tpu-v5e")]), 2048)
+    assert slow > 1.5 * p  # the premise: the host would miss too
+    assert _groups(replay(plan, inst, trace)) == ["ga", "ga"]
+
+
+def test_overflow_needs_a_host_type_that_serves_the_class():
+    # batch 3 is no configuration of the candidate table, so that vPod serves no class but its own
+    inst, plan, trace, _ = _overflow_case(1.5, host={"batch": 3})
+    assert _groups(replay(plan, inst, trace)) == ["ga", "ga"]
