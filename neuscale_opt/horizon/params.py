@@ -15,7 +15,7 @@ from typing import Any
 from neuscale_opt.errors import InputError
 
 #: Forecast methods a rolling plan may read (``neuscale_opt.traces.forecast.METHODS``).
-FORECASTS: tuple[str, ...] = ("last-peak", "ewma", "seasonal-naive", "quantile", "oracle")
+FORECASTS: tuple[str, ...] = ("last-peak", "ewma", "seasonal-naive", "quantile", "quantile-growth", "oracle")
 #: Tolerance of the linearised floor in the scale-down limit (see ``shrink_limit``).
 FLOOR_EPS = 1e-3
 

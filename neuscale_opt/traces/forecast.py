@@ -18,17 +18,20 @@ FC2    ``ewma``            ``s[e-1]`` with ``s[0] = x[0]``, ``s[k] = a x[k] + (1
 FC3    ``seasonal-naive``  ``x[e-P]`` (same epoch one period earlier; daily by default)
 FC4    ``quantile``        ``Q_q(x[e-W .. e-1])`` (numpy linear interpolation)
 FC5    ``oracle``          ``x[e]``, the actual: an upper bound for evaluating plans
+FC6    ``quantile-growth`` ``Q_q(x[e-W .. e-1]) g[e]``, ``g[e]`` the largest rise ``X[k]/X[k-1]``
+                           of the total ``X = sum_b x`` over ``k = e-W+1 .. e-1``, in ``[1, g_max]``
 =====  ==================  ===================================================================
 
 Windows shorter than ``W`` at the start use the epochs available (``min_periods = 1``). Epochs
 without enough history (``e = 0`` for FC1, FC2, FC4; ``e < P`` for FC3) get ``rate_rps = NaN``
 and ``available = False``. Future epochs ``e = n .. n+steps-1`` use all ``n`` observed epochs: FC1,
-FC2 and FC4 repeat their value for ``e = n``; FC3 reads ``x[e-P]`` while ``e - P < n``; the oracle
+FC2, FC4 and FC6 repeat their value for ``e = n``; FC3 reads ``x[e-P]`` while ``e - P < n``; the oracle
 has no future.
 
 Defaults and why: ``window_s = 1800`` (NeuScale's 30-minute monitoring window); ``a = 2/7``
 (``a = 2 / (N + 1)`` gives an EWMA the centre of mass of an ``N``-epoch moving average; ``N = 6``
-is the same 30 minutes at 300-s epochs); ``period_s = 86400`` (daily cycle); ``q = 0.9``.
+is the same 30 minutes at 300-s epochs); ``period_s = 86400`` (daily cycle); ``q = 0.9``;
+``max_growth = 2`` (NeuScale's limit of 2x growth per epoch).
 """
 
 from __future__ import annotations
@@ -124,6 +127,24 @@ def _quantile(x: pd.DataFrame, steps: int, epoch_s: float, p: Mapping[str, float
     return _hold_last(f, len(x))
 
 
+def _quantile_growth(x: pd.DataFrame, steps: int, epoch_s: float, p: Mapping[str, float]) -> pd.DataFrame:
+    """FC6: ``f[e] = Q_q(x[e-W .. e-1]) * g[e]``, ``g[e] = min(max(1, max_k X[k] / X[k-1]), g_max)``
+    over ``k = e-W+1 .. e-1``, ``X`` the rate summed over buckets."""
+    g_max = p["max_growth"]
+    if not g_max >= 1:
+        raise InputError(f"max_growth must be >= 1, got {g_max}", where="forecast")
+    f = _quantile(x, steps, epoch_s, p)
+    w = _window_epochs(p["window_s"], epoch_s)
+    if w < 2:
+        return f
+    tot = x.sum(axis=1)
+    prev = tot.shift(1)
+    ratio = (tot / prev.where(prev > 0)).rename("g")
+    g = _extend(ratio.to_frame(), steps).rolling(w - 1, min_periods=1).max().shift(1)
+    g = _hold_last(g, len(x))["g"].clip(lower=1.0, upper=g_max).fillna(1.0)
+    return f.mul(g.to_numpy(), axis=0)
+
+
 def _oracle(x: pd.DataFrame, steps: int, epoch_s: float, p: Mapping[str, float]) -> pd.DataFrame:
     """FC5: ``f[e] = x[e]`` (reads the future: a bound, never a forecast)."""
     return _extend(x, steps)
@@ -136,6 +157,13 @@ METHODS: dict[str, Method] = {
         Method("ewma", "FC2", _ewma, {"alpha": 2.0 / 7.0}, summary="exponentially weighted moving average"),
         Method("seasonal-naive", "FC3", _seasonal_naive, {"period_s": 86400.0}, summary="one period earlier"),
         Method("quantile", "FC4", _quantile, {"q": 0.9, "window_s": 1800.0}, summary="quantile of the window"),
+        Method(
+            "quantile-growth",
+            "FC6",
+            _quantile_growth,
+            {"q": 0.9, "window_s": 1800.0, "max_growth": 2.0},
+            summary="quantile of the window times its largest rise",
+        ),
         Method("oracle", "FC5", _oracle, {}, reads_future=True, summary="the actual future (upper bound)"),
     )
 }

@@ -53,6 +53,9 @@ ONE = demand_from(np.array(X)[:, None])
         ("seasonal-naive", {"period_s": 600}, [NAN, NAN, 1, 5, 2, 8, 3, 0]),
         ("quantile", {"q": 0.5, "window_s": 900}, [NAN, 1, 3, 2, 5, 3, 3, 3]),
         ("oracle", {}, [*X, NAN]),
+        # the median of the last 3 epochs times the largest rise of the last 2 ratios X[k]/X[k-1]
+        # (5, 0.4, 4, 0.375, 0, and none after the 0), at most 2, at least 1
+        ("quantile-growth", {"q": 0.5, "window_s": 900}, [NAN, 1, 6, 4, 10, 6, 3, 3]),
     ],
 )
 def test_hand_computed(method: str, params: dict, expected: list[float]) -> None:
@@ -72,6 +75,21 @@ def test_defaults_documented() -> None:
     fc = forecast(demand_from(x), "last-peak")
     expect = [max(x[max(0, e - 6) : e, 0]) if e else NAN for e in range(11)]
     np.testing.assert_allclose(fc["rate_rps"], expect, equal_nan=True)
+
+
+def test_quantile_growth_scales_every_class_by_the_total_rise() -> None:
+    # totals 2, 4, 4: the rise 4 / 2 = 2 from epoch 0 to 1 lifts every class's 30-min maximum (q = 1)
+    x = np.array([[1.0, 1.0], [1.0, 3.0], [2.0, 2.0]])
+    fc = forecast(demand_from(x), "quantile-growth", steps=1, q=1.0, window_s=900)
+    got = fc["rate_rps"].to_numpy().reshape(-1, 2)
+    np.testing.assert_allclose(got, [[NAN, NAN], [1, 1], [2, 6], [4, 6]], equal_nan=True)
+    # max_growth = 1: no allowance, the quantile itself
+    for q in (0.5, 0.9):
+        plain = forecast(ONE, "quantile", q=q)["rate_rps"].to_numpy()
+        grown = forecast(ONE, "quantile-growth", q=q, max_growth=1.0)["rate_rps"].to_numpy()
+        np.testing.assert_array_equal(plain, grown)
+    with pytest.raises(InputError, match="max_growth must be >= 1"):
+        forecast(ONE, "quantile-growth", max_growth=0.5)
 
 
 def test_future_steps_hold_the_latest_information() -> None:
