@@ -4,8 +4,9 @@ For every shipped scenario of the headline experiment (``benchmarks/headline.py`
 the default azure-conv x10, azure-code x5, DeepSeek-V3 on azure-conv x10; the scenarios are built
 by ``headline.cases``) and a set of alternative plans per scenario:
 
-* the rolling horizon MILP (window 3, the default; the shipped instances' quantile forecast) with the ``energy`` and the
-  ``cost`` objective, each ``dedicated`` and ``pooled``, and with a window of 6 epochs;
+* the rolling horizon MILP (window 3, the default; each instance's forecaster,
+  ``headline.forecast_of``) with the ``energy`` and the ``cost`` objective, each ``dedicated`` and
+  ``pooled``, and with a window of 6 epochs;
 * the oracle (rolling MILP on the actual demand), ``energy`` and ``cost``;
 * the greedy heuristic (epoch by epoch on the provisioned demand), ``energy`` and ``cost``;
 * NeuScale's auto-scaler and the homogeneous auto-scaler on every generation (own inventory),
@@ -56,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from headline import FORECAST, ROOT, WINDOW, Case, cases
+from headline import ROOT, WINDOW, Case, cases, forecast_of
 from scipy.stats import spearmanr
 
 from neuscale_opt.alloc.options import PlanOptions
@@ -70,7 +71,6 @@ TARGET_REL = 0.10
 TARGET_RHO = 0.95
 #: a plan leaving more than this demand unserved (req/s, in its worst epoch) is "short"
 UNSERVED_RPS = 1e-6
-FC = FORECAST
 #: the replay as the evaluator accounts a plan: the unserved share rejected at arrival
 AS_PLANNED = ReplayOptions(admission="plan")
 
@@ -111,14 +111,15 @@ def plans(case: Case, pooled: bool) -> tuple[Any, Any, list[tuple[str, Callable[
     opts = PlanOptions.from_instance(inst)
     params = HorizonParams.from_instance(inst)
     inv = instance_inventory(coeffs, inst.inventory_events)
+    fc = forecast_of(inst)
     out: list[tuple[str, Callable[[], Any]]] = []
     variants = ("dedicated", "pooled") if pooled else ("dedicated",)
     for objective in ("energy", "cost"):
         o = opts.replace(objective=objective)
         for variant in variants:
             ov = o.replace(variant=variant)
-            out.append((f"milp {objective} {variant}", lambda ov=ov: plan_rolling(coeffs, ov, params, FC, WINDOW, inv)))
-        out.append((f"milp {objective} window 6", lambda o=o: plan_rolling(coeffs, o, params, FC, 6, inv)))
+            out.append((f"milp {objective} {variant}", lambda ov=ov: plan_rolling(coeffs, ov, params, fc, WINDOW, inv)))
+        out.append((f"milp {objective} window 6", lambda o=o: plan_rolling(coeffs, o, params, fc, 6, inv)))
         out.append(
             (f"oracle {objective}", lambda o=o: plan_rolling(coeffs, o, params, "oracle", WINDOW, inv, method="oracle"))
         )

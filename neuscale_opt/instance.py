@@ -19,6 +19,7 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from neuscale_opt.alloc.options import DEFAULT_NODE_LIMIT, DEFAULT_TIME_LIMIT_S, MAX_NODE_LIMIT
 from neuscale_opt.catalog import DTYPE_BYTES, ENERGY_PROFILES, load_chips, load_models
 from neuscale_opt.errors import InputError
+from neuscale_opt.forecast_names import FORECAST_METHODS
 from neuscale_opt.readers import check_path, read_toml
 from neuscale_opt.roofline import HBM_USABLE_FRACTION_DEFAULT
 from neuscale_opt.schema import MAX_EPOCHS, Frozen
@@ -357,6 +358,9 @@ class Solver(_Frozen):
     restarts: bool | None = None
 
 
+ForecastName = Literal[FORECAST_METHODS]  # noqa: PYI047 (pydantic reads it from the module)
+
+
 class Horizon(_Frozen):
     """Horizon planning (``formulations/horizon.md``): a multi-epoch model over a rolling window with
     the NeuScale auto-scaling rules as coupling constraints. Defaults are the paper's values
@@ -365,7 +369,7 @@ class Horizon(_Frozen):
     replay's (``ReplayOptions.create_delay_s``)."""
 
     window: int | None = Field(default=None, gt=0)
-    forecast: Literal["last-peak", "ewma", "seasonal-naive", "quantile", "oracle"] = "last-peak"
+    forecast: ForecastName = "last-peak"
     coupling: bool = True
     growth_max: float = Field(default=2.0, ge=1.0)
     new_group_vpods: int = Field(default=1, ge=0)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuscale_opt.cli import Command, settle_heap
 from neuscale_opt.errors import EXIT_INFEASIBLE, EXIT_OK, InputError
+from neuscale_opt.forecast_names import FORECAST_METHODS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from neuscale_opt.alloc.solution import Solution
     from neuscale_opt.coefficients import Coefficients
 
-FORECASTS = ("last-peak", "ewma", "seasonal-naive", "quantile", "oracle")
+FORECASTS = FORECAST_METHODS  # the --forecast choices
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:

@@ -13,9 +13,10 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from neuscale_opt.errors import InputError
+from neuscale_opt.forecast_names import FORECAST_METHODS
 
 #: Forecast methods a rolling plan may read (``neuscale_opt.traces.forecast.METHODS``).
-FORECASTS: tuple[str, ...] = ("last-peak", "ewma", "seasonal-naive", "quantile", "quantile-growth", "oracle")
+FORECASTS: tuple[str, ...] = FORECAST_METHODS
 #: Tolerance of the linearised floor in the scale-down limit (see ``shrink_limit``).
 FLOOR_EPS = 1e-3
 

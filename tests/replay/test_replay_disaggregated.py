@@ -164,12 +164,12 @@ def test_azure_ample_capacity_meets_every_slo(azure):
     assert res.totals["unserved"] == 0
     # at most two requests in 10,000 miss: a short prompt that lands behind a batch holding a
     # long prompt of a class sharing the prefill vPod (pooled groups keep classes together whose
-    # TTFT holds at their representative lengths, not at every prompt of the trace). Splitting a
-    # class over its groups as planned (the default routing) keeps it off the other groups' idle
-    # vPods: 2 such misses here; routing by load alone, none
+    # TTFT holds at their representative lengths, not at every prompt of the trace); on the plan
+    # for the instance's burst-sized demand, 2 such misses (prompts of 200 and 407 tokens of
+    # s0-512, TTFT 0.32-0.35 s) by either routing
     assert int((~res.requests["slo_met"]).sum()) <= 2 * (res.totals["requests"] // 10_000)
     by_load = replay(ample, big, coeffs=coeffs, options=ReplayOptions(create_delay_s=0.0, routing="load"))
-    assert int((~by_load.requests["slo_met"]).sum()) <= by_load.totals["requests"] // 10_000
+    assert int((~by_load.requests["slo_met"]).sum()) <= 2 * (by_load.totals["requests"] // 10_000)
     assert res.totals["energy_kv_j"] > 0
     assert res.totals["energy_j"] >= res.totals["pue"] * res.totals["energy_static_j"]
 

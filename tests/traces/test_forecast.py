@@ -194,3 +194,9 @@ def test_formulation_document_names_every_method() -> None:
     doc = (Path(__file__).resolve().parents[2] / "formulations" / "forecast.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\|\s*(FC\d+)\s*\|\s*`([a-z-]+)`", doc, flags=re.M))
     assert rows == {m.id: name for name, m in METHODS.items()}
+
+
+def test_every_registered_forecaster_is_a_name_the_schema_accepts() -> None:
+    from neuscale_opt.forecast_names import FORECAST_METHODS
+
+    assert set(METHODS) == set(FORECAST_METHODS)
