@@ -19,7 +19,8 @@ FC3    ``seasonal-naive``  ``x[e-P]`` (same epoch one period earlier; daily by d
 FC4    ``quantile``        ``Q_q(x[e-W .. e-1])`` (numpy linear interpolation)
 FC5    ``oracle``          ``x[e]``, the actual: an upper bound for evaluating plans
 FC6    ``quantile-growth`` ``Q_q(x[e-W .. e-1]) g[e]``, ``g[e]`` the largest rise ``X[k]/X[k-1]``
-                           of the total ``X = sum_b x`` over ``k = e-W+1 .. e-1``, in ``[1, g_max]``
+                           of the total ``X = sum_b x`` over ``k = e-W+1 .. e-1``, in ``[1, g_max]``,
+                           while ``X[e-1] >= X[e-2]`` (else 1)
 =====  ==================  ===================================================================
 
 Windows shorter than ``W`` at the start use the epochs available (``min_periods = 1``). Epochs
@@ -129,7 +130,8 @@ def _quantile(x: pd.DataFrame, steps: int, epoch_s: float, p: Mapping[str, float
 
 def _quantile_growth(x: pd.DataFrame, steps: int, epoch_s: float, p: Mapping[str, float]) -> pd.DataFrame:
     """FC6: ``f[e] = Q_q(x[e-W .. e-1]) * g[e]``, ``g[e] = min(max(1, max_k X[k] / X[k-1]), g_max)``
-    over ``k = e-W+1 .. e-1``, ``X`` the rate summed over buckets."""
+    over ``k = e-W+1 .. e-1`` while the rate rises (``X[e-1] >= X[e-2]``), else 1; ``X`` the rate
+    summed over buckets."""
     g_max = p["max_growth"]
     if not g_max >= 1:
         raise InputError(f"max_growth must be >= 1, got {g_max}", where="forecast")
@@ -141,7 +143,12 @@ def _quantile_growth(x: pd.DataFrame, steps: int, epoch_s: float, p: Mapping[str
     prev = tot.shift(1)
     ratio = (tot / prev.where(prev > 0)).rename("g")
     g = _extend(ratio.to_frame(), steps).rolling(w - 1, min_periods=1).max().shift(1)
-    g = _hold_last(g, len(x))["g"].clip(lower=1.0, upper=g_max).fillna(1.0)
+    g = _hold_last(g, len(x))["g"]
+    # only while the rate rises: X[e-1] >= X[e-2] (a falling rate is carried by the quantile)
+    up = (tot >= prev).astype(float).where(prev.notna()).rename("g").to_frame()
+    up = _hold_last(_extend(up, steps).shift(1), len(x))["g"]
+    g = g.where(up.to_numpy() == 1.0)
+    g = g.clip(lower=1.0, upper=g_max).fillna(1.0)
     return f.mul(g.to_numpy(), axis=0)
 
 

@@ -54,8 +54,9 @@ ONE = demand_from(np.array(X)[:, None])
         ("quantile", {"q": 0.5, "window_s": 900}, [NAN, 1, 3, 2, 5, 3, 3, 3]),
         ("oracle", {}, [*X, NAN]),
         # the median of the last 3 epochs times the largest rise of the last 2 ratios X[k]/X[k-1]
-        # (5, 0.4, 4, 0.375, 0, and none after the 0), at most 2, at least 1
-        ("quantile-growth", {"q": 0.5, "window_s": 900}, [NAN, 1, 6, 4, 10, 6, 3, 3]),
+        # (5, 0.4, 4, 0.375, 0, and none after the 0), at most 2, at least 1, where the last epoch
+        # rose (5 >= 1, 8 >= 2, 4 >= 0: the forecasts of epochs 2, 4 and 7)
+        ("quantile-growth", {"q": 0.5, "window_s": 900}, [NAN, 1, 6, 2, 10, 3, 3, 3]),
     ],
 )
 def test_hand_computed(method: str, params: dict, expected: list[float]) -> None:
