@@ -6,15 +6,15 @@ trace at 10x), over the mixed v4/v5e/v5p/v6e fleet of ``instances/default.toml``
 planned with ``--objective energy`` and with ``--objective cost`` (the instance's other options:
 pooled default, SLO-attainment loads, tail classes):
 
-* ``milp`` - the rolling horizon MILP (window 3 epochs, the default; the shipped instances'
-  forecast, ``FORECAST``, or ``--forecast``);
+* ``milp`` - the rolling horizon MILP (window 3 epochs, the default; each scenario's own
+  forecaster, ``forecast_of``, or ``--forecast`` in every scenario);
 * ``oracle`` - the same fed with the actual future demand (energy objective only: the forecast's cost);
 * ``neuscale-autoscaler`` - NeuScale's reactive rules (best fit, fail-over, 2x growth, halving
   after 30 min, coalescing at 0.5, tail classes), sized as NeuScale publishes them: each class's
   peak over 10-s sub-windows (``R_peak``, ``workload.provision_for = "peak"``);
 * ``homogeneous-autoscaler <chip>`` - the same rules on one generation with its own inventory (the
   paper's baseline), on every generation;
-* where the instance sizes otherwise (``provision_for = "burst"``, the shipped instances), the same
+* where the instance sizes otherwise (``provision_for = "burst"``: the conversation-trace ones), the same
   two baselines on the MILP's own demand as well (``... on the MILP's demand (burst)``): not a
   criterion, the rows that say how much of the gain is the sizing and how much the plan.
 

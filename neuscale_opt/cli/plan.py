@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from neuscale_opt.alloc.solution import Solution
     from neuscale_opt.coefficients import Coefficients
 
-FORECASTS = FORECAST_METHODS  # the --forecast choices
-
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
     from neuscale_opt.alloc.options import BACKENDS, METHODS, OBJECTIVES, PLACEMENTS, SERVINGS, VARIANTS
@@ -52,7 +50,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         "homogeneous-autoscaler",
     )
     p.add_argument("--window", type=int, default=None, metavar="H", help="rolling horizon window (epochs)")
-    p.add_argument("--forecast", choices=FORECASTS, default=None, help="forecaster of the rolling horizon")
+    p.add_argument("--forecast", choices=FORECAST_METHODS, default=None, help="forecaster of the rolling horizon")
     p.add_argument("--objective", choices=OBJECTIVES, default=None, help="override the instance's objective")
     p.add_argument("--variant", choices=VARIANTS, default=None, help="override planning.variant")
     p.add_argument("--serving", choices=SERVINGS, default=None, help="override planning.serving")

@@ -15,8 +15,6 @@ from typing import Any
 from neuscale_opt.errors import InputError
 from neuscale_opt.forecast_names import FORECAST_METHODS
 
-#: Forecast methods a rolling plan may read (``neuscale_opt.traces.forecast.METHODS``).
-FORECASTS: tuple[str, ...] = FORECAST_METHODS
 #: Tolerance of the linearised floor in the scale-down limit (see ``shrink_limit``).
 FLOOR_EPS = 1e-3
 
@@ -75,8 +73,8 @@ class HorizonParams:
         problems: list[str] = []
         if self.window is not None and (int(self.window) != self.window or self.window < 1):
             problems.append(f"window must be a positive integer, got {self.window}")
-        if self.forecast not in FORECASTS:
-            problems.append(f"forecast must be one of {list(FORECASTS)}, got {self.forecast!r}")
+        if self.forecast not in FORECAST_METHODS:
+            problems.append(f"forecast must be one of {list(FORECAST_METHODS)}, got {self.forecast!r}")
         if not self.growth_max >= 1:
             problems.append(f"growth_max must be >= 1, got {self.growth_max}")
         if self.new_group_vpods < 0:

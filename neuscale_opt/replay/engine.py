@@ -196,10 +196,11 @@ def run(
     planned rates (smooth weighted round-robin over the groups with a ready vPod, then the best vPod
     of the chosen group; spilling over to another group's vPod without a waiting prompt when every
     vPod of the chosen group has one); ``"load"`` sends each to the best vPod of all its groups.
-    ``overflow`` (per vPod type, the classes its configuration serves within their SLO): an arrival
-    whose own best vPod has a prompt waiting joins a vPod without one in a colocated group of
-    another class whose type serves its class, when there is one (the router coalesces at run time
-    what the plan sized apart); None: never."""
+    ``overflow`` (per vPod type, the classes its configuration serves within their SLO) and
+    ``ttft_target`` (per class, s): an arrival whose own vPod would give its first token after its
+    TTFT target (``start_wait`` plus its prefill) joins instead the vPod of another class's colocated
+    group, of a type that serves its class, that gives it soonest, if that one has no prompt waiting
+    and meets the target (the router coalesces at run time what the plan sized apart); None: never."""
     n_req = len(arrival)
     nan = math.nan
     start = [nan] * n_req

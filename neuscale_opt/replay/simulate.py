@@ -85,11 +85,12 @@ class ReplayOptions:
     vPod of its group (spilling over to another group only when every vPod of the chosen one has a
     prompt waiting), so the replay runs the split the plan accounts; ``"load"``: each request to
     the best vPod of all the class's groups, whatever the plan's split (README section 2).
-    ``overflow`` (default True): an arrival whose own groups' best vPod has a prompt waiting (a
-    burst, or a class mix that moved from the plan's) joins an idle-prompt vPod of another class's
-    colocated group whose configuration serves its class within the SLO (a feasible row of the
-    candidate table), as a router that coalesces at run time would; False keeps every class on
-    its planned groups.
+    ``overflow`` (default True): an arrival whose own groups' vPod would give its first token after
+    its TTFT target (a burst, or a class mix that moved from the plan's) goes to the vPod of another
+    class's colocated group that gives it soonest, if that vPod has no prompt waiting, meets the
+    target and its configuration serves the class within its SLO and memory (a feasible row of the
+    candidate table), as a router that coalesces at run time would; False keeps every class on its
+    planned groups (README section 2, "Overflow").
     """
 
     create_delay_s: float = DEFAULT_CREATE_DELAY_S
