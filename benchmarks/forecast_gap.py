@@ -1,19 +1,22 @@
 """Where the horizon MILP's gain over NeuScale's auto-scaler goes: the forecast, the scaling rules, the SLO.
 
-The headline (``benchmarks/headline.py``) plans the MILP on the shipped instances' quantile forecast
-(FC4 of ``formulations/forecast.md``: the 90th percentile of the last 30 minutes) under NeuScale's
-auto-scaling rules as coupling constraints (``formulations/horizon.md``); until this release it
-used the last-peak forecast (FC1, NeuScale's own rule: the peak of the last 30 minutes). This benchmark
+The headline (``benchmarks/headline.py``) plans the MILP on each shipped instance's forecaster
+under NeuScale's auto-scaling rules as coupling constraints (``formulations/horizon.md``): last-peak
+(FC1 of ``formulations/forecast.md``, NeuScale's own rule: the peak of the last 30 minutes) on the
+conversation-trace instances, which size for the pooled burst (``workload.provision_for = "burst"``),
+and the quantile forecast (FC4) on the code trace, which sizes for per-class peaks. This benchmark
 splits the distance between that plan and the plan that knows each epoch's demand and obeys no
 rule, on the headline's scenarios and on scenarios outside it (other rates, models and the code
-trace at other scales). Per scenario and objective, every plan is replayed
-(``neuscale_opt.replay``, as in the headline) and compared with NeuScale's auto-scaler:
+trace at other scales). Every plan, NeuScale's auto-scaler's included, sizes as its instance does.
+Per scenario and objective, every plan is replayed (``neuscale_opt.replay``, as in the headline)
+and compared with NeuScale's auto-scaler:
 
-* ``milp last-peak`` - the MILP on NeuScale's own forecast (rolling 3-epoch windows, rules as coupling);
+* ``milp last-peak`` - the MILP on NeuScale's own forecast (rolling 3-epoch windows, rules as coupling;
+  the conversation-trace instances' forecaster);
 * ``milp ewma`` - the same on the EWMA forecast (FC2: unbiased, so below the actual peak in about
   half of the epochs);
 * ``milp quantile`` - the same on the quantile forecast (FC4, q = 0.9 over 30 minutes: the
-  headline's MILP since this release);
+  code-trace instance's forecaster);
 * ``milp oracle`` - the same on the actual demand (what a perfect forecast gives under the rules);
 * ``no rules last-peak``, ``no rules oracle`` - the same without the coupling rules
   (``[horizon] coupling = false``: each epoch planned alone on its forecast, resp. its actual
