@@ -888,8 +888,8 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
 
 
 def _read_trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_table, length_nodes
-    from neuscale_opt.traces.demand import burst_demand, epoch_demand
+    from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_names, bucket_table, length_nodes
+    from neuscale_opt.traces.demand import burst_demand, epoch_demand, observed_demand
 
     w = inst.workload
     spec = w.buckets or DEFAULT_BUCKETS
@@ -934,10 +934,28 @@ def _read_trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.Dat
     demand["bucket"] = demand["bucket"].astype(str)
     demand["epoch"] = demand["epoch"].astype(np.int64)
     demand = demand.reset_index(drop=True)
-    demand.attrs = {"rows_beyond_horizon": int(trace.attrs.get("rows_beyond_horizon", 0))}
+    # the history a pre-warmed rolling plan reads: each epoch as seen L before it ends (D11)
+    lead = _prewarm_lead(inst)
+    if lead > 0:
+        n_ep = int(demand["epoch"].max()) + 1 if len(demand) else 0
+        window = dem.attrs.get("sizing_window", {}).get("window_s")
+        obs = observed_demand(trace, spec, n_ep, inst.epochs.length_s, lead, w.provision_for, w.subwindow_s, window)
+        order = {b: i for i, b in enumerate(bucket_names(spec))}
+        demand["observed_rps"] = obs[demand["epoch"].to_numpy(), demand["bucket"].map(order).to_numpy()]
+    demand.attrs = {"rows_beyond_horizon": int(trace.attrs.get("rows_beyond_horizon", 0)), "observed_lead_s": lead}
     if "sizing_window" in dem.attrs:
         demand.attrs["sizing_window"] = dem.attrs["sizing_window"]
     return buckets, demand
+
+
+def _prewarm_lead(inst: Instance) -> float:
+    """The pre-warm lead L of ``inst``'s horizon plans (its ``[horizon]`` table, else the defaults;
+    ``traces.demand.prewarm_lead_s``)."""
+    from neuscale_opt.instance import Horizon
+    from neuscale_opt.traces.demand import prewarm_lead_s
+
+    h = inst.horizon if inst.horizon is not None else Horizon()
+    return prewarm_lead_s(float(h.create_delay_s), bool(h.prewarm), float(inst.epochs.length_s))
 
 
 def reference_latencies(inst: Instance, model: ModelSpec, buckets: pd.DataFrame) -> pd.DataFrame:

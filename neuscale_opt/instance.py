@@ -380,6 +380,7 @@ class Horizon(_Frozen):
     create_delay_s: float = Field(default=30.0, ge=0.0)
     create_energy_j_per_chip: float = Field(default=0.0, ge=0.0)
     delete_energy_j_per_chip: float = Field(default=0.0, ge=0.0)
+    prewarm: bool = True
 
 
 class InventoryEvent(_Frozen):

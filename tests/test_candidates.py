@@ -505,3 +505,25 @@ def test_slo_targets_leave_the_given_classes_as_they_were():
     out["bucket"] = "x"
     out.loc[0, "e2e_slo_s"] = 3.0
     pd.testing.assert_frame_equal(buckets, before, check_exact=True)
+
+
+@pytest.mark.parametrize("provision_for", ["peak", "mean"])
+def test_a_prewarmed_forecast_never_reads_the_last_lead_seconds(tmp_path, provision_for):
+    # the plan of epoch 1 is made L = 30 s before it (the default pre-warm): arrivals in [270, 300)
+    # s may change it only when the plan is made at the boundary. (Burst sizing's window w* is a
+    # calibration over the whole trace, D9, so two traces may get different windows; D11 given a
+    # window is tested in tests/traces/test_sizing_window.py.)
+    from neuscale_opt.candidates import build_coefficients
+    from neuscale_opt.horizon.rolling import forecast_window
+
+    base = [(float(t), 100, 20) for t in range(0, 260, 7)] + [(400.0, 100, 20)]
+    late = [(271.0 + 0.5 * k, 100, 20) for k in range(40)]
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    _write_azure(a, base)
+    _write_azure(b, sorted(base + late))
+    ca, cb = (build_coefficients(_trace_instance(p, provision_for)) for p in (a, b))
+    assert ca.demand.attrs["observed_lead_s"] == 30.0
+    seen = [forecast_window(c, "last-peak", 1, [1], prewarm=True) for c in (ca, cb)]
+    assert seen[0] == pytest.approx(seen[1])
+    blind = [forecast_window(c, "last-peak", 1, [1], prewarm=False) for c in (ca, cb)]
+    assert blind[0][("s0-512", 1)] < blind[1][("s0-512", 1)]

@@ -1,7 +1,7 @@
 """CLI command ``replay``: judge a plan by replaying a trace against it.
 
 ``neuscale-opt replay PLAN.json [--instance INSTANCE [--force]] [--trace TRACE] [--json PATH|-]
-[--requests PATH|-] [--create-delay S] [--cold-start] [--idle-fleet-power] [--admission all|plan]
+[--requests PATH|-] [--create-delay S] [--no-prewarm] [--cold-start] [--idle-fleet-power] [--admission all|plan]
 [--routing plan|load] [--no-overflow]``
 
 PLAN.json is a plan in the allocation planner's JSON contract; INSTANCE the instance it was made
@@ -67,6 +67,11 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds from an epoch boundary until an added vPod serves (default 30)",
     )
+    p.add_argument(
+        "--no-prewarm",
+        action="store_true",
+        help="create an epoch's new vPods at its boundary (serving after the delay), not the delay before it",
+    )
     p.add_argument("--cold-start", action="store_true", help="the vPods of epoch 0 also wait for the creation delay")
     p.add_argument(
         "--idle-fleet-power",
@@ -129,6 +134,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "admission": args.admission,
         "routing": args.routing,
         "overflow": not args.no_overflow,
+        "prewarm": not args.no_prewarm,
     }
     if args.create_delay is not None:
         kw["create_delay_s"] = args.create_delay

@@ -60,17 +60,31 @@ from neuscale_opt.coefficients import Coefficients
 from neuscale_opt.horizon.context import horizon_options, inventory_dropped, serving_capacity
 from neuscale_opt.horizon.params import FLOOR_EPS, HorizonParams
 from neuscale_opt.horizon.placement import view_placement_rows
-from neuscale_opt.horizon.rolling import EpochCommit, actual_demand, assemble, instance_inventory
+from neuscale_opt.horizon.rolling import EpochCommit, actual_demand, assemble, instance_inventory, observed_demand_map
 from neuscale_opt.topology.greedy import FirstFitPlacer, place_up_to
 from neuscale_opt.topology.patterns import PodPlacement
 
 EPS = 1e-9
 
 
-def reactive_need(demand: dict[tuple[str, int], float], buckets: list[str], t: int, w: int) -> dict[str, float]:
-    """R_b(t) = max(d_{b,t-W} .. d_{b,t-1}) (epoch 0: d_{b,0})."""
-    span = [0] if t == 0 else list(range(max(0, t - w), t))
-    return {b: max(demand.get((b, tau), 0.0) for tau in span) for b in buckets}
+def reactive_need(
+    demand: dict[tuple[str, int], float],
+    buckets: list[str],
+    t: int,
+    w: int,
+    observed: dict[tuple[str, int], float] | None = None,
+) -> dict[str, float]:
+    """R_b(t) = max(d_{b,t-W} .. d_{b,t-1}) (epoch 0: d_{b,0}). ``observed`` (pre-warmed plans,
+    decided L before t): epoch t - 1 as observed until then (D11)."""
+    if t == 0:
+        return {b: demand.get((b, 0), 0.0) for b in buckets}
+    span = range(max(0, t - w), t)
+
+    def seen(b: str, tau: int) -> float:
+        src = observed if observed is not None and tau == t - 1 else demand
+        return src.get((b, tau), 0.0)
+
+    return {b: max(seen(b, tau) for tau in span) for b in buckets}
 
 
 def _count_for(load: float, prev: int, delta: float) -> int:
@@ -191,6 +205,7 @@ def autoscale(
     k_hold = params.hold_epochs(t_s) if params.coupling else 0
     w = params.monitor_epochs(t_s)
     demand = actual_demand(coeffs)
+    observed = observed_demand_map(coeffs) if params.lead_s(t_s) > 0 else None
     buckets = coeffs.bucket_names
     tokens = prompt_tokens(coeffs.buckets)
     lim = tail_rate(opts)
@@ -224,7 +239,7 @@ def autoscale(
     commits: list[EpochCommit] = []
     groups_of: dict[int, dict[str, str]] = {}
     for t in coeffs.epochs:
-        need = reactive_need(demand, buckets, t, w)
+        need = reactive_need(demand, buckets, t, w, observed)
         first = t == coeffs.epochs[0]
         # 2. floors and growth limits
         lo: dict[str, int] = {}

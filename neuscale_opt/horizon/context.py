@@ -135,11 +135,14 @@ def reconfiguration_coefficients(
     groups: pd.DataFrame, coeffs: Coefficients, options: PlanOptions, params: HorizonParams
 ) -> tuple[pd.Series, pd.Series]:
     """Objective units per vPod created and per vPod deleted: chips x J per chip, at the facility
-    (PUE) for ``energy``, times the carbon intensity for ``carbon``, 0 for ``cost``."""
+    (PUE) for ``energy``, times the carbon intensity for ``carbon``, 0 for ``cost``; a pre-warmed
+    vPod (``HorizonParams.lead_s`` L > 0) is also held L before its epoch: h_g L / T more."""
     chips = groups["chips_per_vpod"].astype(float)
     per_j = {"energy": coeffs.pue, "cost": 0.0, "carbon": coeffs.pue * coeffs.carbon_kg_per_kwh / J_PER_KWH}
     k = per_j[options.objective]
-    return k * chips * params.create_energy_j_per_chip, k * chips * params.delete_energy_j_per_chip
+    epoch_s = float(coeffs.epoch_s)
+    pre = groups["held_obj_per_vpod"].astype(float) * (params.lead_s(epoch_s) / epoch_s)
+    return k * chips * params.create_energy_j_per_chip + pre, k * chips * params.delete_energy_j_per_chip
 
 
 def prepared_for(prepared: Prepared, options: PlanOptions) -> bool:

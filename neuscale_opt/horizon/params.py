@@ -14,6 +14,7 @@ from typing import Any
 
 from neuscale_opt.errors import InputError
 from neuscale_opt.forecast_names import FORECAST_METHODS
+from neuscale_opt.traces.demand import prewarm_lead_s
 
 #: Tolerance of the linearised floor in the scale-down limit (see ``shrink_limit``).
 FLOOR_EPS = 1e-3
@@ -54,6 +55,12 @@ class HorizonParams:
     create_energy_j_per_chip, delete_energy_j_per_chip:
         extra energy (J per chip, before PUE) of creating / deleting a vPod, beyond its static power
         while held (which the held term already charges); default 0.
+    prewarm:
+        True (default): the plan of epoch t >= 1 is made ``create_delay_s`` before the epoch starts,
+        from the trace observed until then, and the vPods it adds are created then, ready when the
+        epoch starts: no capacity is lost (delta = 0) and each created vPod is held (paid, static
+        power) ``create_delay_s`` longer (:meth:`lead_s`; the replay's ``ReplayOptions.prewarm``).
+        Only when ``0 < create_delay_s < T``; False: created at the boundary, delta lost.
     """
 
     window: int | None = None
@@ -68,6 +75,7 @@ class HorizonParams:
     create_delay_s: float = 30.0
     create_energy_j_per_chip: float = 0.0
     delete_energy_j_per_chip: float = 0.0
+    prewarm: bool = True
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -108,8 +116,19 @@ class HorizonParams:
         """W = ceil(monitor_window_s / T): epochs the reactive rule takes its peak over."""
         return max(1, math.ceil(self.monitor_window_s / epoch_s - 1e-9))
 
+    def lead_s(self, epoch_s: float) -> float:
+        """L: how long before an epoch starts its plan is made and its new vPods are created
+        (``create_delay_s`` with ``prewarm`` and ``0 < create_delay_s < T``, else 0; 0 without
+        ``coupling``, where the model has no creations)."""
+        if not self.coupling:
+            return 0.0
+        return prewarm_lead_s(self.create_delay_s, self.prewarm, epoch_s)
+
     def delay_share(self, epoch_s: float) -> float:
-        """delta = min(create_delay_s / T, 1): share of an epoch a created vPod does not serve."""
+        """delta = min(create_delay_s / T, 1): share of an epoch a created vPod does not serve
+        (0 when it is pre-warmed, :meth:`lead_s` > 0)."""
+        if self.lead_s(epoch_s) > 0:
+            return 0.0
         return min(self.create_delay_s / epoch_s, 1.0)
 
     @classmethod

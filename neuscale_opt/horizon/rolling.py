@@ -75,12 +75,36 @@ def actual_demand(coeffs: Coefficients) -> dict[tuple[str, int], float]:
     return {(str(r.bucket), int(r.epoch)): float(r.rate_rps) for r in coeffs.demand.itertuples()}
 
 
+def observed_demand_map(coeffs: Coefficients) -> dict[tuple[str, int], float]:
+    """Each epoch's provisioned rate as observed L before it ends (``demand.observed_rps``, D11;
+    a demand table without that column, made without a trace, is read as observed: ``rate_rps``)."""
+    d = coeffs.demand
+    col = "observed_rps" if "observed_rps" in d.columns else "rate_rps"
+    return {(str(b), int(e)): float(v) for e, b, v in zip(d["epoch"], d["bucket"], d[col], strict=True)}
+
+
+def observed_history(coeffs: Coefficients, seen: int, prewarm: bool) -> pd.DataFrame:
+    """The demand history of epochs ``< seen`` (``epoch``, ``bucket``, ``peak_rps`` = the provisioned
+    rate), as a plan made at ``seen`` T reads it, or with ``prewarm`` at ``seen`` T - L: then epoch
+    ``seen - 1`` is its ``observed_rps`` (D11; where the table has it: one made without a trace is
+    read as observed)."""
+    d = coeffs.demand
+    hist = d[d["epoch"] < seen]
+    if prewarm and "observed_rps" in d.columns:
+        last = hist["epoch"].to_numpy() == seen - 1
+        rate = np.where(last, hist["observed_rps"].to_numpy(float), hist["rate_rps"].to_numpy(float))
+        hist = hist.assign(rate_rps=rate)
+    hist = hist[["epoch", "bucket", "rate_rps"]].rename(columns={"rate_rps": "peak_rps"})
+    return hist.sort_values(["epoch", "bucket"], kind="mergesort")
+
+
 def forecast_window(
     coeffs: Coefficients,
     method: str,
     start: int,
     epochs: list[int],
     actual: dict[tuple[str, int], float] | None = None,
+    prewarm: bool = False,
 ) -> dict[tuple[str, int], float]:
     """Planned demand of ``epochs`` (a window starting at ``start``) made with data before ``start``.
 
@@ -89,6 +113,9 @@ def forecast_window(
     cluster exists at t = 0 sized for it), so epoch 0 is planned on its actual demand and later
     epochs from it. Where a method has no value (``seasonal-naive`` within its first period) the
     last observed epoch is used. ``actual``: :func:`actual_demand` of ``coeffs`` when the caller has it.
+    ``prewarm`` (a window starting at ``start >= 1`` planned L before it, ``HorizonParams.lead_s``):
+    epoch ``start - 1`` is read as observed until then (``demand.observed_rps``, D11 of
+    ``formulations/forecast.md``).
     """
     actual = actual_demand(coeffs) if actual is None else actual
     if method == "oracle":
@@ -98,14 +125,14 @@ def forecast_window(
     if start == 0:
         for b in coeffs.bucket_names:
             out[(b, 0)] = actual.get((b, 0), 0.0)
-    hist = coeffs.demand[coeffs.demand["epoch"] < seen][["epoch", "bucket", "rate_rps"]]
-    hist = hist.rename(columns={"rate_rps": "peak_rps"}).sort_values(["epoch", "bucket"], kind="mergesort")
+    hist = observed_history(coeffs, seen, prewarm and start >= 1)
     steps = max(t for t in epochs) - seen + 1
     if steps <= 0:
         return out
     fc = forecast(hist.reset_index(drop=True), method, steps=steps, epoch_s=float(coeffs.epoch_s))
     fut = fc[fc["future"].to_numpy()]
-    last = {b: actual.get((b, seen - 1), 0.0) for b in coeffs.bucket_names}
+    last = {str(r.bucket): float(r.peak_rps) for r in hist[hist["epoch"] == seen - 1].itertuples()}
+    last = {b: last.get(b, 0.0) for b in coeffs.bucket_names}
     for r in fut.itertuples():
         t = int(r.epoch)
         if t in epochs and (str(r.bucket), t) not in out:
@@ -340,7 +367,10 @@ def plan_rolling(
     step = h if params.coupling else 1
     # every window's forecast is made from data before it, so all are known before the first solve
     # and the bound on the committed epochs' planned demand can be computed beside the windows
-    dems = [forecast_window(coeffs, fc_method, t, epochs[i : i + step], actual) for i, t in enumerate(epochs)]
+    pre = params.lead_s(float(coeffs.epoch_s)) > 0
+    dems = [
+        forecast_window(coeffs, fc_method, t, epochs[i : i + step], actual, prewarm=pre) for i, t in enumerate(epochs)
+    ]
     early = None
     if bound:
         expected = {(b, t): v for t, dem in zip(epochs, dems, strict=True) for (b, e), v in dem.items() if e == t}

@@ -189,6 +189,7 @@ def run(
     routing: str = "plan",
     overflow: list[frozenset[int]] | None = None,
     ttft_target: list[float] | None = None,
+    lead_s: float = 0.0,
 ) -> EngineResult:
     """Replay requests (sorted by arrival) against ``schedule[e]`` for epochs ``e = 0 .. E-1``;
     ``on_epoch(1)`` (e.g. a progress bar's ``update``) is called as each epoch boundary is reached.
@@ -487,7 +488,7 @@ def run(
         else:
             g.draining.append(v)
 
-    def resize(g: _Group, n: int, t: float, ready_now: bool) -> None:
+    def resize(g: _Group, n: int, t: float, ready_now: bool, ready_at: float | None = None) -> None:
         nonlocal seq
         live = g.live
         while len(live) < n and g.draining:
@@ -506,13 +507,24 @@ def run(
             else:
                 v.ver += 1
                 seq += 1
-                push(heap, (t + create_delay_s, seq, v.vid, v.ver, K_READY))
+                push(heap, (t + create_delay_s if ready_at is None else ready_at, seq, v.vid, v.ver, K_READY))
         excess = len(live) - n
         if excess > 0:
             creating = sorted((v for v in live if not v.ready), key=_vid, reverse=True)
             serving = sorted((v for v in live if v.ready), key=lambda v: (v.load, -v.vid))
             for v in (creating + serving)[:excess]:
                 retire(v, t)
+
+    def prewarm(e: int, t: float) -> None:
+        """``lead_s`` before boundary ``e`` (>= 1): create the vPods epoch ``e`` adds to its groups
+        (taking back draining ones first), ready at the boundary; nothing else changes (routes,
+        shrinking, the classes served) until the boundary."""
+        for eg in schedule[e]:
+            g = groups.get(eg.key)
+            if g is None:
+                g = groups[eg.key] = _Group(eg.key, eg.type_index, tables[eg.type_index])
+            if eg.n_vpods > len(g.live):
+                resize(g, eg.n_vpods, t, False, ready_at=e * epoch_s)
 
     def epoch(e: int, t: float) -> None:
         target = schedule[e] if e < len(schedule) else []
@@ -554,9 +566,16 @@ def run(
     ei = 0
     inf = math.inf
     t_ep = 0.0  # the next epoch boundary (inf past the last)
+    pre_done = 0  # epochs whose vPods were pre-warmed (boundaries 1 .. pre_done)
     while True:
         t_arr = arrival[i_arr] if i_arr < n_req else inf
         t_ev = heap[0][0] if heap else inf
+        if lead_s > 0.0 and pre_done < ei < n_epochs:
+            t_pre = ei * epoch_s - lead_s
+            if t_pre <= t_ev and t_pre <= t_arr:
+                pre_done = ei
+                prewarm(ei, t_pre)
+                continue
         if t_ep <= t_ev and t_ep <= t_arr:
             if t_ep == inf:
                 break

@@ -48,6 +48,7 @@ from neuscale_opt.instance import Instance
 from neuscale_opt.replay.engine import EngineResult, EpochGroup, run
 from neuscale_opt.replay.plan import Plan, VpodType, arrival_epochs, instance_bucket_names, load_plan
 from neuscale_opt.replay.tables import StepTable, build_table
+from neuscale_opt.traces.demand import prewarm_lead_s
 
 SECONDS_PER_HOUR = 3600.0
 DEFAULT_CREATE_DELAY_S = 30.0
@@ -67,7 +68,11 @@ class ReplayOptions:
     the moment it admits requests. It is dominated by loading the weights: Llama-3-70B in bf16 is
     141 GB, about 20 s from local NVMe at 7 GB/s, plus runtime start-up and compilation from a
     warm cache; published cold starts of 70B-class servers run 30-60 s and more from object
-    storage. The vPod is held (paid, static power) during the delay. ``warm_start`` (default True):
+    storage. The vPod is held (paid, static power) during the delay. ``prewarm`` (default True): the
+    vPods an epoch ``e >= 1`` adds are created ``create_delay_s`` before its boundary (held from then)
+    and are ready at it, as a plan made that long ahead (``HorizonParams.prewarm``, the same rule:
+    ``traces.demand.prewarm_lead_s``; only when ``0 < create_delay_s < T``); False: created at the
+    boundary, ready ``create_delay_s`` after it. ``warm_start`` (default True):
     the vPods of epoch 0 exist before the horizon starts (ready and held from t = 0), so the replay
     judges the plan, not the cold start of an empty cluster. ``slo_rtol``: relative tolerance of
     the SLO comparisons (as ``coefficients.meets_slo``). ``idle_fleet_power`` (default False):
@@ -95,6 +100,7 @@ class ReplayOptions:
 
     create_delay_s: float = DEFAULT_CREATE_DELAY_S
     warm_start: bool = True
+    prewarm: bool = True
     slo_rtol: float = 1e-9
     idle_fleet_power: bool = False
     admission: str = "all"
@@ -355,6 +361,7 @@ def replay(
         opts.create_delay_s,
         opts.warm_start,
         on_epoch=progress,
+        lead_s=prewarm_lead_s(opts.create_delay_s, opts.prewarm, instance.epochs.length_s),
         routing=opts.routing,
         overflow=overflow_classes(plan.types, coeffs, codes) if opts.overflow else None,
         ttft_target=_ttft_targets(coeffs, names),
@@ -667,6 +674,7 @@ def _account(
         "options": {
             "create_delay_s": opts.create_delay_s,
             "warm_start": opts.warm_start,
+            "prewarm": opts.prewarm,
             "slo_rtol": opts.slo_rtol,
             "idle_fleet_power": opts.idle_fleet_power,
             "admission": opts.admission,

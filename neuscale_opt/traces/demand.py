@@ -330,6 +330,72 @@ def burst_demand(
     return dem
 
 
+def prewarm_lead_s(create_delay_s: float, prewarm: bool, epoch_s: float) -> float:
+    """The pre-warm lead L (s): ``create_delay_s`` when ``prewarm`` and ``0 < create_delay_s <
+    epoch_s`` (the vPods are then ready exactly when the epoch starts), else 0. One rule for the
+    planners, the demand history they read and the replay."""
+    if prewarm and 0.0 < create_delay_s < epoch_s:
+        return float(create_delay_s)
+    return 0.0
+
+
+def observed_demand(
+    trace: pd.DataFrame,
+    spec: BucketSpec | None,
+    n_epochs: int,
+    epoch_s: float,
+    lead_s: float,
+    provision_for: str,
+    subwindow_s: float = DEFAULT_SUBWINDOW_S,
+    window_s: float | None = None,
+) -> np.ndarray:
+    """D11: each epoch's provisioned rate as seen ``lead_s`` before the epoch ends (the history a
+    plan made ``lead_s`` before the next epoch starts can read), shape ``(n_epochs, buckets)``.
+
+    Over the observed part ``[e T, (e + 1) T - lead_s)`` of epoch ``e`` (length ``o = T - lead_s``):
+    ``mean``: ``count_o[e, b] / o``; ``peak``: the largest count of the sub-windows of ``subwindow_s``
+    that lie wholly inside it, over ``subwindow_s``; ``burst``: the class's share of the observed
+    requests times the pooled peak over the windows of ``window_s`` (``w*``) wholly inside it, over
+    ``w*``, or the pooled observed mean when none fits (``w* > o``). ``lead_s = 0`` gives D3 / D6 /
+    D10 of the whole epoch (with the trailing epoch's own rule aside)."""
+    if not (0 <= lead_s < epoch_s):
+        raise InputError(f"lead must be in [0, {epoch_s:g}) s, got {lead_s}", where="demand")
+    names = bucket_names(spec) if spec is not None else [ALL]
+    nb = len(names)
+    obs = epoch_s - lead_s
+    t = trace["arrival_s"].to_numpy(np.float64)
+    codes = bucket_codes(trace, spec) if spec is not None else np.zeros(len(t), np.int64)
+    e = np.floor(t / epoch_s).astype(np.int64)
+    off = t - e * epoch_s
+    keep = (t >= 0) & (e < n_epochs) & (off < obs)
+    e, off, codes = e[keep], off[keep], codes[keep]
+    count = np.bincount(e * nb + codes, minlength=n_epochs * nb).reshape(n_epochs, nb).astype(np.float64)
+    if provision_for == "mean":
+        return count / obs
+    if provision_for == "peak":
+        n_sub = max(int(math.floor(obs / subwindow_s + 1e-9)), 1)
+        j = (off // subwindow_s).astype(np.int64)
+        inside = j < n_sub
+        flat = (e[inside] * n_sub + j[inside]) * nb + codes[inside]
+        sub = np.bincount(flat, minlength=n_epochs * n_sub * nb).reshape(n_epochs, n_sub, nb)
+        return sub.max(axis=1) / subwindow_s
+    if provision_for != "burst":
+        raise InputError(f"provision_for must be peak, mean or burst, got {provision_for!r}", where="demand")
+    w = float(window_s if window_s is not None else epoch_s)
+    tot = count.sum(axis=1)
+    n_win = int(math.floor(obs / w + 1e-9))
+    if n_win >= 1:
+        j = (off // w).astype(np.int64)
+        inside = j < n_win
+        pooled = np.bincount(e[inside] * n_win + j[inside], minlength=n_epochs * n_win).reshape(n_epochs, n_win)
+        peak = pooled.max(axis=1) / w
+    else:
+        peak = tot / obs
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(tot[:, None] > 0, count / tot[:, None], 0.0)
+    return share * peak[:, None]
+
+
 def series_demand(
     rates: pd.DataFrame,
     epoch_s: float | None = None,

@@ -1,4 +1,5 @@
-"""Hand-solved schedules: the growth limit with the creation delay, the 30-minute hold then
+"""Hand-solved schedules: the growth limit with the creation delay (vPods created at the boundary,
+``prewarm = False``) and with pre-warmed vPods (created L = 30 s before it), the 30-minute hold then
 halving, failover after chips fail; the independent evaluator agrees with the solver."""
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from neuscale_opt.horizon import HorizonParams, evaluate_schedule, plan_full, pl
 from neuscale_opt.horizon.rolling import instance_inventory
 from neuscale_opt.instance import InventoryEvent
 
+#: the creation delay's model: vPods created at the boundary serve 90 % of their first epoch
+DELAYED = HorizonParams(prewarm=False)
 X = "x:1:tp1:b1:colocated|A"
 Y = "y:1:tp1:b1:colocated|A"
 
@@ -26,7 +29,7 @@ def test_growth_limit_and_creation_delay_myopic():
     # vPods = 28 req/s, 17 req/s unserved.
     # Objective: 4 vPod-epochs x 30 kJ + 17 req/s x 300 s x 100 J/req = 120 kJ + 510 kJ.
     coeffs = one_class([10.0, 45.0])
-    sol = plan_rolling(coeffs, OPTS, HorizonParams(), "oracle", window=1)
+    sol = plan_rolling(coeffs, OPTS, DELAYED, "oracle", window=1)
     assert counts(sol, X) == [1, 3]
     assert sol.unserved["unserved_rps"].tolist() == pytest.approx([17.0])
     assert sol.objective_value == pytest.approx(630_000.0, rel=1e-6)
@@ -37,11 +40,34 @@ def test_look_ahead_grows_before_the_peak():
     # The whole horizon in view: 2 vPods at epoch 0 let epoch 1 reach 5 (capacity 5 - 0.3 = 4.7 >= 4.5).
     # 7 vPod-epochs x 30 kJ; 3 vPods at epoch 0 would cost 8.
     coeffs = one_class([10.0, 45.0])
-    sol = plan_full(coeffs, OPTS, HorizonParams())
+    sol = plan_full(coeffs, OPTS, DELAYED)
     assert counts(sol, X) == [2, 5]
     assert len(sol.unserved) == 0
     assert sol.objective_value == pytest.approx(210_000.0, rel=1e-6)
     assert sol.epochs[1]["created_vpods"] == 3
+
+
+def test_prewarmed_growth_serves_the_whole_epoch_myopic():
+    # Pre-warmed (L = 30 s, the default): the 2 vPods epoch 1 adds are created 30 s before it and
+    # serve all of it: capacity 3 vPods = 30 req/s, 15 req/s unserved. Each is held L more: 30 kJ x
+    # 30 / 300 = 3 kJ. Objective: 4 vPod-epochs x 30 kJ + 2 x 3 kJ + 15 x 300 x 100 J = 576 kJ.
+    coeffs = one_class([10.0, 45.0])
+    sol = plan_rolling(coeffs, OPTS, HorizonParams(), "oracle", window=1)
+    assert counts(sol, X) == [1, 3]
+    assert sol.unserved["unserved_rps"].tolist() == pytest.approx([15.0])
+    assert sol.objective_value == pytest.approx(576_000.0, rel=1e-6)
+    assert sol.totals["prewarm_energy_j"] == pytest.approx(6_000.0)
+
+
+def test_prewarmed_look_ahead():
+    # The whole horizon in view: epoch 1 needs 5 vPods (45 / 10), reachable from 2 (2 x 2 + 1), and
+    # pre-warmed they lose nothing: [2, 5] = 7 x 30 kJ + 3 x 3 kJ = 219 kJ ([3, 5]: 240 + 6 kJ).
+    coeffs = one_class([10.0, 45.0])
+    sol = plan_full(coeffs, OPTS, HorizonParams())
+    assert counts(sol, X) == [2, 5]
+    assert len(sol.unserved) == 0
+    assert sol.objective_value == pytest.approx(219_000.0, rel=1e-6)
+    assert evaluate_schedule(sol, coeffs, HorizonParams()).objective_value == pytest.approx(219_000.0, rel=1e-6)
 
 
 def test_without_coupling_the_peak_is_served_at_once():
@@ -86,12 +112,12 @@ def test_failover_after_chips_fail_myopic():
     # 1 vPod, serving 90 % of the epoch. Served 10 + 9, unserved 11 req/s at 200 J/req.
     # Objective: 3 x 30 kJ + (30 kJ + 60 kJ) + 11 x 300 x 200 J = 90 + 90 + 660 kJ.
     coeffs, inv = _failing()
-    sol = plan_rolling(coeffs, OPTS, HorizonParams(), "oracle", window=1, inventory=inv)
+    sol = plan_rolling(coeffs, OPTS, DELAYED, "oracle", window=1, inventory=inv)
     assert counts(sol, X) == [3, 1]
     assert counts(sol, Y) == [0, 1]
     assert sol.unserved["unserved_rps"].tolist() == pytest.approx([11.0])
     assert sol.objective_value == pytest.approx(840_000.0, rel=1e-6)
-    ev = evaluate_schedule(sol, coeffs, HorizonParams(), inventory=inv)
+    ev = evaluate_schedule(sol, coeffs, DELAYED, inventory=inv)
     assert ev.feasible, ev.violations
 
 
@@ -101,11 +127,11 @@ def test_failover_with_look_ahead():
     # and y cannot reach 2 serving vPods from fewer than 2: x 2 + y 1 then x 1 + y 3 costs 330 kJ,
     # x 3 then x 1 + y 1 costs 840 kJ (the myopic plan).
     coeffs, inv = _failing()
-    sol = plan_full(coeffs, OPTS, HorizonParams(), inventory=inv)
+    sol = plan_full(coeffs, OPTS, DELAYED, inventory=inv)
     assert counts(sol, X) == [1, 1]
     assert counts(sol, Y) == [2, 2]
     assert sol.objective_value == pytest.approx(300_000.0, rel=1e-6)
-    assert evaluate_schedule(sol, coeffs, HorizonParams(), inventory=inv).feasible
+    assert evaluate_schedule(sol, coeffs, DELAYED, inventory=inv).feasible
 
 
 def test_failure_beyond_the_lost_chips_is_flagged():
@@ -126,7 +152,7 @@ def test_creation_energy_is_charged():
     # [10, 45] req/s with look-ahead: [2, 5] creates 3 vPods; at 50 J per chip created that adds 150 J
     # (holding 5 from the start would cost 90 kJ more).
     coeffs = one_class([10.0, 45.0])
-    sol = plan_full(coeffs, OPTS, HorizonParams(create_energy_j_per_chip=50.0))
+    sol = plan_full(coeffs, OPTS, HorizonParams(create_energy_j_per_chip=50.0, prewarm=False))
     assert counts(sol, X) == [2, 5]
     assert sol.objective_value == pytest.approx(210_150.0, rel=1e-6)
     assert sol.totals["reconfig_energy_j"] == pytest.approx(150.0)
@@ -135,7 +161,7 @@ def test_creation_energy_is_charged():
 def test_creation_energy_breaks_a_tie():
     # [10, 30] req/s: [2, 4] and [3, 3] both cost 6 x 30 kJ; a creation cost picks [3, 3]
     coeffs = one_class([10.0, 30.0])
-    sol = plan_full(coeffs, OPTS, HorizonParams(create_energy_j_per_chip=50.0))
+    sol = plan_full(coeffs, OPTS, HorizonParams(create_energy_j_per_chip=50.0, prewarm=False))
     assert counts(sol, X) == [3, 3]
     assert sol.objective_value == pytest.approx(180_000.0, rel=1e-6)
 

@@ -42,9 +42,11 @@ def test_horizon_options_turn_restarts_off_only_when_unset():
 @pytest.mark.parametrize("restarts, expected", [(None, False), (True, True), (False, False)])
 def test_the_windows_are_solved_with_the_setting(restart_settings, restarts, expected):
     # hand-solved (test_horizon_hand): 10 then 45 req/s, one-epoch windows; growth n <= 2 x 1 + 1
-    # and the created vPods' delay leave 17 req/s unserved at epoch 1, whatever the search does
+    # and the created vPods' delay (created at the boundary, not pre-warmed) leave 17 req/s unserved
+    # at epoch 1, whatever the search does
     coeffs = one_class([10.0, 45.0])
-    sol = plan_rolling(coeffs, OPTS.replace(restarts=restarts), HorizonParams(), "oracle", window=1)
+    params = HorizonParams(prewarm=False)
+    sol = plan_rolling(coeffs, OPTS.replace(restarts=restarts), params, "oracle", window=1)
     rows = sol.allocations[sol.allocations["vpod_group"] == X]
     assert dict(zip(rows["epoch"], rows["n_vpods"], strict=True)) == {0: 1, 1: 3}
     assert sol.objective_value == pytest.approx(4 * 30_000.0 + 17 * 300 * 100.0, rel=1e-9)

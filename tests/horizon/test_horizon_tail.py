@@ -56,10 +56,11 @@ def test_tail_class_rides_on_the_held_group():
 
 
 def test_tail_class_without_room_is_ordinary():
-    # epoch 0: big at 8.98 req/s on a new vPod of capacity 0.9 leaves 0.002 vPods x 2 req/s =
-    # 0.004 req/s of room, less than tiny's 0.1: tiny gets its own w vPod (best efficiency)
+    # created at the boundary (not pre-warmed). Epoch 0: big at 8.98 req/s on a new vPod of
+    # capacity 0.9 leaves 0.002 vPods x 2 req/s = 0.004 req/s of room, less than tiny's 0.1: tiny
+    # gets its own w vPod (best efficiency)
     c = _coeffs(8.98)
-    rows = _rows(neuscale_autoscaler(c, OPTS, HorizonParams()))
+    rows = _rows(neuscale_autoscaler(c, OPTS, HorizonParams(prewarm=False)))
     assert rows[(0, "tiny")][0] == "w"
     # epoch 1: big's kept vPod would have room (0.102 x 2 = 0.204 req/s), but tiny's own w vPod is
     # held anyway (halving only after 30 min below need): capacity held anyway comes first (rule i)
@@ -152,7 +153,8 @@ def _coeffs_by_epoch(big: dict[int, float]):
         # epoch 0 (warm start, no creation delay): big at 9.98 req/s loads its vPod to 0.998, room
         # 0.002 x 2 = 0.004 req/s < 0.1: tiny is planned as an ordinary class and gets its w vPod
         ({0: 9.98, 1: 9.98}, {0: "w", 1: "w"}),
-        # epoch 1 grows big to two vPods (18.9 req/s); the new one serves 1 - delta = 0.9 of the
+        # epoch 1 grows big to two vPods (18.9 req/s); the new one (created at the boundary, not
+        # pre-warmed) serves 1 - delta = 0.9 of the
         # epoch, so the capacity is 1.9 and the load 1.89: room 0.01 x 2 = 0.02 req/s < 0.1 (without
         # the delay it would be 0.22 and the route would overload the group); in epoch 0 tiny rides
         # on v (room 0.4)
@@ -163,11 +165,11 @@ def test_rolling_milp_plans_a_tail_class_without_room(big, tiny_type):
     from neuscale_opt.horizon import plan_rolling
 
     c = _coeffs_by_epoch(big)
-    sol = plan_rolling(c, OPTS, HorizonParams(), forecast_method="oracle", window=2)
+    sol = plan_rolling(c, OPTS, HorizonParams(prewarm=False), forecast_method="oracle", window=2)
     rows = _rows(sol)
     assert {t: rows[(t, "tiny")][0] for t in big} == tiny_type
     assert sol.unserved.empty
-    assert evaluate_schedule(sol, c, HorizonParams()).feasible
+    assert evaluate_schedule(sol, c, HorizonParams(prewarm=False)).feasible
 
 
 def test_a_class_on_vpods_of_its_own_stays_ordinary():

@@ -109,7 +109,7 @@ def test_added_vpod_serves_after_the_creation_delay():
     inst = tiny_instance(epochs=2)
     plan = plan_of([row(0, "b", 1), row(1, "b", 1), row(1, "a", 1)])
     tr = trace_of([(50.0, 100, 2, "a"), (102.0, 100, 2, "a")])
-    res = replay(plan, inst, tr, ReplayOptions(create_delay_s=5.0))
+    res = replay(plan, inst, tr, ReplayOptions(create_delay_s=5.0, prewarm=False))
     p, _ = pre(100)
     r1, r2 = res.requests.iloc[0], res.requests.iloc[1]
     # class a has no vPod in epoch 0; its vPod is created at 100 s and serves from 105 s
@@ -120,6 +120,28 @@ def test_added_vpod_serves_after_the_creation_delay():
     a_key = next(k for k in v.index if k.endswith("|a"))
     assert v.loc[a_key, "held_from_s"] == 100.0  # held from creation, not from readiness
     assert v.loc[a_key, "held_to_s"] == 200.0
+
+
+def test_prewarmed_vpod_is_created_before_the_boundary_and_serves_from_it():
+    # the same plan pre-warmed (the default): class a's vPod is created 5 s before the boundary at
+    # 100 s (held from 95 s) and ready at 100 s: request 1 waits for the boundary only, request 2
+    # arrives after request 1's prefill is done and queues behind nothing
+    inst = tiny_instance(epochs=2)
+    plan = plan_of([row(0, "b", 1), row(1, "b", 1), row(1, "a", 1)])
+    tr = trace_of([(50.0, 100, 2, "a"), (102.0, 100, 2, "a")])
+    res = replay(plan, inst, tr, ReplayOptions(create_delay_s=5.0))
+    p, _ = pre(100)
+    r1, r2 = res.requests.iloc[0], res.requests.iloc[1]
+    assert r1["queue_s"] == pytest.approx(50.0)
+    assert r1["ttft_s"] == pytest.approx(50.0 + p)
+    assert 100.0 + p < 102.0 and r2["queue_s"] == pytest.approx(0.0)
+    v = res.vpods.set_index("vpod_group")
+    a_key = next(k for k in v.index if k.endswith("|a"))
+    assert v.loc[a_key, "held_from_s"] == 95.0  # held from its creation, L = 5 s before the epoch
+    assert v.loc[a_key, "held_to_s"] == 200.0
+    # the vPod of epoch 0 is not pre-warmed (warm start: it exists at t = 0)
+    b_key = next(k for k in v.index if k.endswith("|b"))
+    assert v.loc[b_key, "held_from_s"] == 0.0
 
 
 def test_removed_vpod_drains_and_is_held_until_done():

@@ -41,8 +41,9 @@ def test_a_class_is_split_over_its_groups_as_planned():
 
 
 def test_vpods_still_being_created_take_no_share():
-    # two epochs; in epoch 1 the v5e group grows from 1 to 3 vPods: for the 30-s creation delay
-    # only its one old vPod is ready, so it gets 1/3 of its planned share, then all of it
+    # two epochs; in epoch 1 the v5e group grows from 1 to 3 vPods, created at the boundary (not
+    # pre-warmed): for the 30-s creation delay only its one old vPod is ready, so it gets 1/3 of its
+    # planned share, then all of it
     inst = tiny_instance({"a": 4.0}, epochs=2, length_s=100.0)
     rows = []
     for e, n5 in ((0, 1), (1, 3)):
@@ -51,13 +52,17 @@ def test_vpods_still_being_created_take_no_share():
             row(e, "a", n5, rate_rps=3.0, chip="tpu-v5e", batch=8, vpod_group="g5"),
         ]
     trace = poisson_trace({"a": (4.0, 512, 16)}, 200.0, seed=2)
-    res = replay(plan_of(rows), inst, trace)
+    res = replay(plan_of(rows), inst, trace, ReplayOptions(prewarm=False))
     rq = res.requests
     early = rq[(rq["arrival_s"] >= 100.0) & (rq["arrival_s"] < 130.0)]
     late = rq[rq["arrival_s"] >= 130.0]
     # shares 1 : 3 x 1/3 = 1 : 1 while creating, 1 : 3 once ready
     assert np.mean(early["chip"] == "tpu-v5e") == pytest.approx(0.5, abs=1.0 / len(early) + 1e-9)
     assert np.mean(late["chip"] == "tpu-v5e") == pytest.approx(0.75, abs=1.0 / len(late) + 1e-9)
+    # pre-warmed (the default), the two new vPods are ready at the boundary: 1 : 3 from its start
+    rq = replay(plan_of(rows), inst, trace).requests
+    first = rq[(rq["arrival_s"] >= 100.0) & (rq["arrival_s"] < 130.0)]
+    assert np.mean(first["chip"] == "tpu-v5e") == pytest.approx(0.75, abs=1.0 / len(first) + 1e-9)
 
 
 def test_unknown_routing_is_refused():

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from neuscale_opt.errors import InputError
-from neuscale_opt.traces.demand import burst_demand, sizing_window
+from neuscale_opt.traces.demand import burst_demand, observed_demand, prewarm_lead_s, sizing_window
 from neuscale_opt.traces.spec import BucketSpec
 
 H = 3600.0  # 12 epochs of 300 s, 10-s base sub-windows
@@ -149,3 +149,34 @@ def test_instance_records_the_window_and_sizes_for_it():
             continue  # trailing partial epoch
         counts = np.bincount(((t[(t >= 300 * e) & (t < 300 * (e + 1))] - 300 * e) // w).astype(int))
         assert r == pytest.approx(counts.max() / w * inst.workload.rate_scale)
+
+
+def test_observed_demand_reads_only_the_observed_part_of_each_epoch():
+    # D11 by hand: T = 300 s, L = 30 s, observed part [0, 270) of each epoch. Epoch 0: arrivals at
+    # 5, 15, 16 s (class of 100 tokens) and 280 s (after the cut: not seen); epoch 1: 300, 301 s.
+    spec = BucketSpec(kind="total", edges=(512,))
+    t = np.array([5.0, 15.0, 16.0, 280.0, 300.0, 301.0])
+    tr = _trace(t)
+    b = {n: i for i, n in enumerate(["s0-512", "s512-inf"])}
+    mean = observed_demand(tr, spec, 2, 300.0, 30.0, "mean")
+    assert mean[0, b["s0-512"]] == pytest.approx(3 / 270.0) and mean[1, b["s0-512"]] == pytest.approx(2 / 270.0)
+    peak = observed_demand(tr, spec, 2, 300.0, 30.0, "peak", subwindow_s=10.0)
+    assert peak[0, b["s0-512"]] == pytest.approx(2 / 10.0)  # 15 and 16 s share [10, 20)
+    # burst, w* = 150 s: one whole 150-s window fits in 270 s; the pooled count of [0, 150) is 3
+    burst = observed_demand(tr, spec, 2, 300.0, 30.0, "burst", window_s=150.0)
+    assert burst[0, b["s0-512"]] == pytest.approx(3 / 150.0)
+    # w* = 300 s does not fit: the pooled observed mean
+    burst = observed_demand(tr, spec, 2, 300.0, 30.0, "burst", window_s=300.0)
+    assert burst[0, b["s0-512"]] == pytest.approx(3 / 270.0)
+    assert (burst[:, b["s512-inf"]] == 0).all()
+    # L = 0 is the whole epoch (D3: the request at 280 s counts)
+    assert observed_demand(tr, spec, 2, 300.0, 0.0, "mean")[0, b["s0-512"]] == pytest.approx(4 / 300.0)
+    with pytest.raises(InputError, match="lead must be in"):
+        observed_demand(tr, spec, 2, 300.0, 300.0, "mean")
+
+
+def test_prewarm_lead_rule():
+    assert prewarm_lead_s(30.0, True, 300.0) == 30.0
+    assert prewarm_lead_s(30.0, False, 300.0) == 0.0
+    assert prewarm_lead_s(0.0, True, 300.0) == 0.0
+    assert prewarm_lead_s(300.0, True, 300.0) == 0.0  # a delay of a whole epoch: not pre-warmed
