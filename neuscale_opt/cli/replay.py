@@ -70,7 +70,8 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-prewarm",
         action="store_true",
-        help="create an epoch's new vPods at its boundary (serving after the delay), not the delay before it",
+        help="create an epoch's new vPods at its boundary (serving after the delay), not the delay before it "
+        "(default: the instance's [horizon] prewarm, on without it)",
     )
     p.add_argument("--cold-start", action="store_true", help="the vPods of epoch 0 also wait for the creation delay")
     p.add_argument(
@@ -134,7 +135,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "admission": args.admission,
         "routing": args.routing,
         "overflow": not args.no_overflow,
-        "prewarm": not args.no_prewarm,
+        "prewarm": False if args.no_prewarm else None,
     }
     if args.create_delay is not None:
         kw["create_delay_s"] = args.create_delay

@@ -68,9 +68,10 @@ class ReplayOptions:
     the moment it admits requests. It is dominated by loading the weights: Llama-3-70B in bf16 is
     141 GB, about 20 s from local NVMe at 7 GB/s, plus runtime start-up and compilation from a
     warm cache; published cold starts of 70B-class servers run 30-60 s and more from object
-    storage. The vPod is held (paid, static power) during the delay. ``prewarm`` (default True): the
-    vPods an epoch ``e >= 1`` adds are created ``create_delay_s`` before its boundary (held from then)
-    and are ready at it, as a plan made that long ahead (``HorizonParams.prewarm``, the same rule:
+    storage. The vPod is held (paid, static power) during the delay. ``prewarm`` (default None: the
+    instance's ``[horizon] prewarm``, True without the table): the vPods an epoch ``e >= 1`` adds
+    are created ``create_delay_s`` before its boundary (held from then) and are ready at it, as a
+    plan made that long ahead (``HorizonParams.prewarm``, the same rule:
     ``traces.demand.prewarm_lead_s``; only when ``0 < create_delay_s < T``); False: created at the
     boundary, ready ``create_delay_s`` after it. ``warm_start`` (default True):
     the vPods of epoch 0 exist before the horizon starts (ready and held from t = 0), so the replay
@@ -100,7 +101,7 @@ class ReplayOptions:
 
     create_delay_s: float = DEFAULT_CREATE_DELAY_S
     warm_start: bool = True
-    prewarm: bool = True
+    prewarm: bool | None = None
     slo_rtol: float = 1e-9
     idle_fleet_power: bool = False
     admission: str = "all"
@@ -306,6 +307,13 @@ def _schedule(plan: Plan, codes: dict[str, int]) -> list[list[EpochGroup]]:
 # the door
 
 
+def _prewarm(opts: ReplayOptions, instance: Instance) -> bool:
+    """Pre-warm or not: the option, else the instance's ``[horizon] prewarm`` (True without it)."""
+    if opts.prewarm is not None:
+        return bool(opts.prewarm)
+    return bool(instance.horizon.prewarm) if instance.horizon is not None else True
+
+
 def replay(
     plan: Plan | str | Path | dict,
     instance: Instance,
@@ -361,7 +369,7 @@ def replay(
         opts.create_delay_s,
         opts.warm_start,
         on_epoch=progress,
-        lead_s=prewarm_lead_s(opts.create_delay_s, opts.prewarm, instance.epochs.length_s),
+        lead_s=prewarm_lead_s(opts.create_delay_s, _prewarm(opts, instance), instance.epochs.length_s),
         routing=opts.routing,
         overflow=overflow_classes(plan.types, coeffs, codes) if opts.overflow else None,
         ttft_target=_ttft_targets(coeffs, names),
@@ -674,7 +682,7 @@ def _account(
         "options": {
             "create_delay_s": opts.create_delay_s,
             "warm_start": opts.warm_start,
-            "prewarm": opts.prewarm,
+            "prewarm": _prewarm(opts, inst),
             "slo_rtol": opts.slo_rtol,
             "idle_fleet_power": opts.idle_fleet_power,
             "admission": opts.admission,

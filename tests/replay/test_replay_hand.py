@@ -142,6 +142,15 @@ def test_prewarmed_vpod_is_created_before_the_boundary_and_serves_from_it():
     # the vPod of epoch 0 is not pre-warmed (warm start: it exists at t = 0)
     b_key = next(k for k in v.index if k.endswith("|b"))
     assert v.loc[b_key, "held_from_s"] == 0.0
+    # an instance whose [horizon] says prewarm = false is replayed so by default
+    from neuscale_opt.instance import Horizon
+
+    off = inst.model_copy(update={"horizon": Horizon(prewarm=False, create_delay_s=5.0)})
+    res = replay(plan, off, tr, ReplayOptions(create_delay_s=5.0))
+    v = res.vpods.set_index("vpod_group")
+    assert v.loc[a_key, "held_from_s"] == 100.0
+    assert res.requests.iloc[0]["queue_s"] == pytest.approx(55.0)
+    assert res.meta["options"]["prewarm"] is False
 
 
 def test_removed_vpod_drains_and_is_held_until_done():
