@@ -49,6 +49,9 @@ miss a given routed expert).
 Every (epoch, bucket) pair of the horizon is present (zeros included). Optional ``mean_rps``
 (req/s): the trace's mean rate of the epoch, the traffic that arrives on average (the evaluator
 accounts energy and tokens on it; absent = ``rate_rps`` x the class's ``mean_rate_ratio``).
+Optional ``observed_rps`` (req/s): the same rate as seen the pre-warm lead ``attrs["observed_lead_s"]``
+before the epoch ends (D11 of ``formulations/forecast.md``), the history a pre-warmed plan reads;
+absent = ``rate_rps`` (a table made without a trace is read as observed).
 
 ``buckets`` - the request classes: ``bucket``, ``input_tokens``, ``output_tokens`` (representative
 lengths the roofline used), and the class's SLO targets ``ttft_slo_s``, ``tpot_slo_s``, ``e2e_slo_s``

@@ -1043,10 +1043,13 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
     if mine is not None:
         after.append(
             "Planned vs replayed: the plan is sized and accounted for the provisioned demand (each epoch's "
-            "peak rate); the replay runs the trace's requests one by one through the plan's vPods (30-s "
-            "creation delay; a class served by several vPod groups is split over them as the plan's rates "
-            "say, spilling over only past a group whose every vPod has a prompt waiting), so it holds the "
-            "vPods only while they exist and counts what was actually served. Tokens per joule count input "
+            "rate as `workload.provision_for` says); the replay runs the trace's requests one by one through "
+            "the plan's vPods (a new vPod loads its weights for the creation delay, 30 s by default: before "
+            "its epoch starts where the instance's `[horizon] prewarm` says so, the default, else after the "
+            "boundary; a class served by several vPod groups is split over them as the plan's rates say, and "
+            "a request whose first token would come late there moves to another group's vPod that meets its "
+            "targets), so it holds the vPods only while they exist and counts what was actually served. "
+            "Tokens per joule count input "
             "and output tokens on both sides: planned, those of the mean demand; replayed, those of the "
             "requests served (the comparison below counts output tokens of requests that met their SLO, "
             "goodput)."
