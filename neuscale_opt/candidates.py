@@ -859,12 +859,12 @@ def _trace_digest(path) -> str:
 def _trace_key(inst: Instance) -> tuple:
     """What the classes and demand of a trace instance are a function of: the trace file's bytes
     (their hash, :func:`_trace_digest`: a changed file is a new key) and the workload and epoch
-    settings."""
+    settings, and the pre-warm lead (the observed history, D11)."""
     from neuscale_opt.traces.loaders import resolve_path
 
     w = inst.workload
     path = resolve_path(w.trace.path, inst.base_dir)
-    return (str(path), _trace_digest(path), w.model_dump_json(), inst.epochs.model_dump_json())
+    return (str(path), _trace_digest(path), w.model_dump_json(), inst.epochs.model_dump_json(), _prewarm_lead(inst))
 
 
 def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -527,3 +527,11 @@ def test_a_prewarmed_forecast_never_reads_the_last_lead_seconds(tmp_path, provis
     assert seen[0] == pytest.approx(seen[1])
     blind = [forecast_window(c, "last-peak", 1, [1], prewarm=False) for c in (ca, cb)]
     assert blind[0][("s0-512", 1)] < blind[1][("s0-512", 1)]
+    # the same trace and workload without pre-warming: no observed history (not the cached one)
+    from neuscale_opt.instance import Horizon
+
+    plain = _trace_instance(a, provision_for)
+    plain = plain.model_copy(update={"horizon": Horizon(prewarm=False)})
+    cp = build_coefficients(plain)
+    assert cp.demand.attrs["observed_lead_s"] == 0.0 and "observed_rps" not in cp.demand.columns
+    assert "observed_rps" in build_coefficients(_trace_instance(a, provision_for)).demand.columns
