@@ -377,7 +377,12 @@ def plan_rolling(
         early = BoundBeside.start(coeffs, options, params, expected, inv, prep)
     try:
         commits = _solve_windows(coeffs, opts, params, epochs, step, dems, inv, prep, keep, lim, tokens, progress)
-        meta = {"window": h, "forecast": fc_method, "solves": len(epochs)}
+        meta = {
+            "window": h,
+            "forecast": fc_method,
+            "solves": len(epochs),
+            "lead_s": params.lead_s(float(coeffs.epoch_s)),
+        }
         sol = assemble(
             method,
             coeffs,

@@ -965,9 +965,16 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
     stopped = _stopped_text(statuses, "window" if rolling else "epoch")
     if rolling:
         w = int(meta["window"])
+        lead = float(meta.get("lead_s") or 0.0)
+        made = (
+            f"made {fmt(lead)} s before the epoch from the trace observed until then (its new vPods created then, "
+            "ready when it starts: pre-warmed)"
+            if lead > 0
+            else "made from the epochs before it"
+        )
         text.append(
             f"Rolling horizon: at each of the {len(eps)} epochs a {w}-epoch window ({fmt(w * epoch_s / 60)} min) "
-            f"was solved on the `{meta['forecast']}` forecast made from the epochs before it, with the state "
+            f"was solved on the `{meta['forecast']}` forecast {made}, with the state "
             "committed so far, and only its first epoch was committed; the auto-scaling rules of the horizon "
             f"model couple the epochs. Windows: {counts or 'none'}{'; ' + stopped if stopped else ''} (table below)."
         )
