@@ -77,7 +77,7 @@ def group_table(allocations: pd.DataFrame, coeffs: Coefficients, options: PlanOp
     cap = row_shares(ref, coeffs, options) * ref["max_rate_rps"].astype(float).to_numpy()
     rows["_load"] = rows["rate_rps"].astype(float).to_numpy() / cap
     for c in _HELD_COLUMNS:
-        rows[c] = np.nan_to_num(ref[c].astype(float).to_numpy(), nan=0.0) if c in ref.columns else 0.0
+        rows[c] = np.nan_to_num(ref[c].astype(float).to_numpy(), nan=0.0)
     out = (
         rows.groupby(["epoch", "vpod_group"], sort=True)
         .agg(

@@ -515,14 +515,19 @@ def run(
             for v in (creating + serving)[:excess]:
                 retire(v, t)
 
+    def group_of(eg: EpochGroup) -> _Group:
+        """The replay's group of the plan's ``eg``, made the first time an epoch lists it."""
+        g = groups.get(eg.key)
+        if g is None:
+            g = groups[eg.key] = _Group(eg.key, eg.type_index, tables[eg.type_index])
+        return g
+
     def prewarm(e: int, t: float) -> None:
         """``lead_s`` before boundary ``e`` (>= 1): create the vPods epoch ``e`` adds to its groups
         (taking back draining ones first), ready at the boundary; nothing else changes (routes,
         shrinking, the classes served) until the boundary."""
         for eg in schedule[e]:
-            g = groups.get(eg.key)
-            if g is None:
-                g = groups[eg.key] = _Group(eg.key, eg.type_index, tables[eg.type_index])
+            g = group_of(eg)
             if eg.n_vpods > len(g.live):
                 resize(g, eg.n_vpods, t, False, ready_at=e * epoch_s)
 
@@ -535,9 +540,7 @@ def run(
                 groups[key].buckets = ()
         ready_now = create_delay_s <= 0.0 or (e == 0 and warm_start)
         for eg in target:
-            g = groups.get(eg.key)
-            if g is None:
-                g = groups[eg.key] = _Group(eg.key, eg.type_index, tables[eg.type_index])
+            g = group_of(eg)
             g.buckets = eg.buckets
             g.planned = eg.n_vpods
             resize(g, eg.n_vpods, t, ready_now)

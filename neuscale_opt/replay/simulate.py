@@ -44,7 +44,7 @@ import pandas as pd
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients
 from neuscale_opt.energy import static_energy_j
 from neuscale_opt.errors import InputError
-from neuscale_opt.instance import Instance
+from neuscale_opt.instance import Horizon, Instance
 from neuscale_opt.replay.engine import EngineResult, EpochGroup, run
 from neuscale_opt.replay.plan import Plan, VpodType, arrival_epochs, instance_bucket_names, load_plan
 from neuscale_opt.replay.tables import StepTable, build_table
@@ -311,7 +311,7 @@ def _prewarm(opts: ReplayOptions, instance: Instance) -> bool:
     """Pre-warm or not: the option, else the instance's ``[horizon] prewarm`` (True without it)."""
     if opts.prewarm is not None:
         return bool(opts.prewarm)
-    return bool(instance.horizon.prewarm) if instance.horizon is not None else True
+    return bool((instance.horizon or Horizon()).prewarm)
 
 
 def replay(
