@@ -211,11 +211,15 @@ def _pooled_counts(
     trace: pd.DataFrame, epoch_s: float, base_s: float, horizon_s: float | None
 ) -> tuple[np.ndarray, float]:
     """Pooled arrival counts per (epoch, base sub-window) of the full epochs of the horizon, and
-    the horizon (s). A trailing partial epoch is left out (its empty sub-windows are not demand)."""
+    the horizon (s). A trailing partial epoch is left out (its empty sub-windows are not demand),
+    and so is an epoch the trace's data does not cover to its end: a horizon set longer than the
+    trace (``epochs.horizon``) counts beyond ``df.attrs["horizon_s"]`` (the cut or the last arrival)
+    sub-windows that hold nothing because nothing was recorded, not because the rate fell."""
     n_sub = _subwindows(epoch_s, base_s)
     t = trace["arrival_s"].to_numpy(np.float64)
-    h = float(horizon_s) if horizon_s is not None else max(float(trace.attrs.get("horizon_s", 0.0)), float(t.max()))
-    n_ep = max(math.floor(h / epoch_s + 1e-12), 0)
+    data_h = max(float(trace.attrs.get("horizon_s", 0.0)), float(t.max()) if len(t) else 0.0)
+    h = float(horizon_s) if horizon_s is not None else data_h
+    n_ep = max(math.floor(min(h, data_h) / epoch_s + 1e-12), 0)
     check_epoch_count(max(n_ep, 1), epoch_s, h, cells=max(n_ep, 1) * n_sub)
     t = t[(t >= 0) & (t < n_ep * epoch_s)]
     k = np.minimum((t // base_s).astype(np.int64), n_ep * n_sub - 1) if n_ep else np.zeros(0, np.int64)

@@ -77,6 +77,22 @@ def test_a_trailing_partial_epoch_is_sized_on_its_own_length():
     assert last["burst_rps"] == pytest.approx(((t >= 3300.0).sum()) / 200.0)
 
 
+def test_a_horizon_longer_than_the_data_is_not_a_rate_drop():
+    # a steady rate recorded until 3500 s, planned over 12 whole epochs (epochs.horizon = 12, H =
+    # 3600 s): the last 100 s hold nothing because nothing was recorded. Counted as a full epoch
+    # they read as the rate falling to 0 inside a 300-s window (cv_x(300) ~ 0.13 at 5 req/s) and
+    # would shorten w*; epoch 11 is left out of the estimate instead, as a partial epoch is
+    h = 3500.0
+    t = _poisson(5.0, 6)
+    tr = _trace(t[t < h])
+    tr.attrs["horizon_s"] = h
+    assert sizing_window(tr, horizon_s=H)[0] == 300.0
+    assert sizing_window(tr, horizon_s=H)[1]["candidates"] == sizing_window(tr, horizon_s=3300.0)[1]["candidates"]
+    # the same 100 s recorded empty (the data's horizon 3600 s): a real lull, which does count
+    tr.attrs["horizon_s"] = H
+    assert sizing_window(tr, horizon_s=H)[0] < 300.0
+
+
 @pytest.mark.parametrize(("hi", "lo"), [(30.0, 10.0), (6.0, 2.0)])
 def test_mmpp_is_sized_within_its_states(hi, lo):
     # rate jumps every 60 s: windows of 10, 20 and 30 s lie inside one state (they divide 60), a
