@@ -118,10 +118,9 @@ class HorizonParams:
 
     def lead_s(self, epoch_s: float) -> float:
         """L: how long before an epoch starts its plan is made and its new vPods are created
-        (``create_delay_s`` with ``prewarm`` and ``0 < create_delay_s < T``, else 0; 0 without
-        ``coupling``, where the model has no creations)."""
-        if not self.coupling:
-            return 0.0
+        (``create_delay_s`` with ``prewarm`` and ``0 < create_delay_s < T``, else 0). The same
+        without ``coupling``: the replay pre-warms those plans' new vPods as well, so they are made
+        from the same history, and the schedule evaluator charges the hold."""
         return prewarm_lead_s(self.create_delay_s, self.prewarm, epoch_s)
 
     def delay_share(self, epoch_s: float) -> float:

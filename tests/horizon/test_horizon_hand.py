@@ -75,17 +75,23 @@ def test_without_coupling_the_peak_is_served_at_once():
     sol = plan_full(coeffs, OPTS, HorizonParams(coupling=False))
     assert counts(sol, X) == [1, 5]
     assert sol.objective_value == pytest.approx(180_000.0, rel=1e-6)
+    # the model has no creations without coupling; the evaluator charges the 4 vPods epoch 1 adds
+    # their pre-warm hold as the replay holds them (30 kJ per vPod-epoch x 30 s / 300 s = 3 kJ each)
+    assert sol.meta["evaluated_objective"] == pytest.approx(180_000.0 + 4 * 3_000.0, rel=1e-6)
 
 
 @pytest.mark.parametrize("window", [1, 3])
 def test_rolling_without_coupling_plans_each_epoch_alone(window):
     # no rule links the epochs: each epoch gets ceil(rate / 10 req/s) vPods (1, 5, 2, 3: 11 vPod-epochs
-    # x 30 kJ), whatever the window; the window asked for is reported
+    # x 30 kJ), whatever the window; the window asked for is reported. The vPods epochs 1 and 3 add
+    # (4 + 1) are pre-warmed as the replay does it, each held L = 30 s more (3 kJ): 330 + 15 kJ
     coeffs = one_class([10.0, 45.0, 20.0, 30.0])
     sol = plan_rolling(coeffs, OPTS, HorizonParams(coupling=False), "oracle", window=window)
     assert counts(sol, X) == [1, 5, 2, 3]
     assert len(sol.unserved) == 0
-    assert sol.objective_value == pytest.approx(11 * 30_000.0, rel=1e-6)
+    assert sol.objective_value == pytest.approx(11 * 30_000.0 + 5 * 3_000.0, rel=1e-6)
+    assert sol.totals["prewarm_energy_j"] == pytest.approx(15_000.0)
+    assert sol.meta["lead_s"] == 30.0
     assert sol.meta["window"] == window
 
 
