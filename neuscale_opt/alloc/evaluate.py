@@ -247,6 +247,9 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     g_static = static_w[first] if ng else np.zeros(0)
     g_price = price_h[first] if ng else np.zeros(0)
     g_emb = emb_h[first] if ng else np.zeros(0)
+    # pre-warm hold (formulations/allocation.md, "Pre-warm hold"): the vPods a group adds at an
+    # epoch e >= 1 of the plan are held L before it, as the replay creates them
+    pre = _prewarm_hold(coeffs, gkeys, g_n, g_static, g_price, g_emb)
     per_epoch = []
     for e in coeffs.epochs:
         ge = g_epoch == int(e)
@@ -255,9 +258,10 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         e_dyn = float(np.nansum(dyn_j[re_])) * t
         e_busy = float(np.nansum(busy_j[re_])) * t
         static_j = float(static_energy_j(g_static[ge], n_e * t).sum())
-        energy = coeffs.pue * (e_dyn + static_j)
-        cost = float(np.nansum(g_price[ge] * n_e)) * t / 3600.0
-        carbon = energy * kg_per_j + float(np.nansum(g_emb[ge] * n_e)) * t / 3600.0
+        pre_j, pre_usd, pre_kg = pre.get(int(e), (0.0, 0.0, 0.0))
+        energy = coeffs.pue * (e_dyn + static_j + pre_j)
+        cost = float(np.nansum(g_price[ge] * n_e)) * t / 3600.0 + pre_usd
+        carbon = energy * kg_per_j + float(np.nansum(g_emb[ge] * n_e)) * t / 3600.0 + pre_kg
         unserved_rps = sum(v for (ee, _), v in uns_map.items() if ee == e)
         tok = (
             sum(
@@ -278,6 +282,8 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
                 "energy_static_j": static_j,
                 "energy_busy_j": e_busy,
                 "energy_dynamic_j": e_dyn,
+                "prewarm_energy_j": coeffs.pue * pre_j,
+                "prewarm_cost_usd": pre_usd,
             }
         )
     epoch_cols = ["epoch", "energy_j", "cost_usd", "carbon_kg", "unserved_rps", "tokens"]
@@ -304,6 +310,8 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         "tokens_per_usd": tokens_total / cost if cost > 0 else math.nan,
         # components before PUE (E1 static, E2 busy; dynamic = busy + marginal), as the replay's
         **{c: total(c) for c in ("energy_static_j", "energy_busy_j", "energy_dynamic_j")},
+        # the pre-warm hold (at the facility, resp. USD), part of energy_j and cost_usd
+        **{c: total(c) for c in ("prewarm_energy_j", "prewarm_cost_usd")},
     }
     key = {"energy": "energy_j", "cost": "cost_usd", "carbon": "carbon_kg"}[solution.objective]
     penalty = float(solution.penalty_per_req) * t * sum(uns_map.values())
@@ -318,6 +326,41 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
         by_epoch=by_epoch,
         unplaced=unplaced,
     )
+
+
+def _prewarm_hold(
+    coeffs: Coefficients,
+    gkeys: list[tuple[Any, ...]],
+    g_n: np.ndarray,
+    g_static: np.ndarray,
+    g_price: np.ndarray,
+    g_emb: np.ndarray,
+) -> dict[int, tuple[float, float, float]]:
+    """Per epoch ``e >= 1`` of the plan: static J (before PUE), USD and embodied kg of holding the
+    vPods each group adds over epoch ``e - 1`` (``max(n_e - n_{e-1}, 0)``, the replay's creations)
+    for the pre-warm lead L before the epoch (``coeffs.demand.attrs["observed_lead_s"]``, the
+    instance's ``traces.demand.prewarm_lead_s``; 0, nothing, for tables without it). The horizon
+    schedule evaluator charges the same (``horizon.evaluate``)."""
+    lead = float(coeffs.demand.attrs.get("observed_lead_s", 0.0) or 0.0)
+    if lead <= 0.0 or not gkeys:
+        return {}
+    at = {(int(e), str(g)): i for i, (e, g) in enumerate(gkeys)}
+    planned = set(coeffs.epochs)
+    out: dict[int, tuple[float, float, float]] = {}
+    for (e, g), i in at.items():
+        j = at.get((e - 1, g))
+        prev = g_n[j] if j is not None else (0.0 if (e - 1) in planned else math.nan)
+        if not math.isfinite(prev):  # the plan's first epoch: warm start, nothing created
+            continue
+        y = max(float(g_n[i]) - float(prev), 0.0)
+        if y > 0.0:
+            j0, usd0, kg0 = out.get(e, (0.0, 0.0, 0.0))
+            out[e] = (
+                j0 + float(static_energy_j(g_static[i], y * lead)),
+                usd0 + float(g_price[i]) * y * lead / 3600.0,
+                kg0 + float(g_emb[i]) * y * lead / 3600.0,
+            )
+    return out
 
 
 def _peak(values: np.ndarray) -> float:
