@@ -68,9 +68,12 @@ def _fill(
 ) -> float:
     """Route ``rate`` over ``offers`` (group, configuration, rate per vPod) in their order, each up
     to its group's spare vPods ``held[g] - load[g]``; adds to ``x``, ``groups`` and ``load`` and
-    returns the rate left."""
+    returns the rate left. A configuration runs on one group (a plan row is one configuration on
+    one group), so an offer of a configuration already routed to another group is passed over."""
     need = rate
     for g, k, cap in offers:
+        if groups.get(k, g) != g:
+            continue
         take = min(need, max(held[g] - load.get(g, 0.0), 0.0) * cap)
         if take <= EPS:
             continue
@@ -87,7 +90,8 @@ def route_tail(ctx: EpochContext, ep: EpochPlan, tail: dict[str, float]) -> tupl
     """Put each tail class on held groups' spare capacity, nearest first: groups whose vPod type has
     a usable configuration for the class (``ctx.configs``), ordered by the distance in prompt length
     between the class and the nearest class the group serves, then by spare capacity (most first),
-    then by name. A class may be split over several groups. Returns the plan with the routes and
+    then by name. A class may be split over several groups, one configuration on each (a plan row is
+    one configuration on one group). Returns the plan with the routes and
     the classes that found no (or not enough) room, which are left out of the routes. When
     disaggregated, each phase is routed; a class short in either phase is left out."""
     cfg = ctx.configs

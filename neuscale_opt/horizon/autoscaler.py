@@ -13,15 +13,16 @@ past:
    needs (ceil(R_b / c_k) chips_k; ties by name). Each class (i) fills the capacity its groups hold
    anyway (the floors), best configuration first; (ii) **coalesces**: if what is left would load a
    new vPod of its best configuration below theta (0.5), it joins a group of the same vPod type
-   (serving another class) that has room; (iii) grows its groups in order of efficiency
-   e_k = h_g / (c_k T) + a_k, each up to its growth limit and the chips left, failing over to the
-   next configuration (typically the next generation) when either runs out. A created vPod serves
-   (1 - delta) of the epoch. What is left is unserved. Disaggregated serving: each (class, phase)
-   is a unit of this rule (ordered as the classes, prefill before decode at a tie) and walks the
-   configurations of its phase; a class's unserved rate is its largest shortfall over the two
-   phases, the other phase gives back what it served beyond that (last served first), and vPods
-   that leaves idle are released down to the floors of rule 2 (the epoch greedy's rule,
-   ``formulations/allocation.md``).
+   (serving another class) that has room for all of it, unless its configuration already serves on
+   its own group (a configuration runs on one group per epoch: a plan row); (iii) grows its groups
+   in order of efficiency e_k = h_g / (c_k T) + a_k, each up to its growth limit and the chips
+   left, failing over to the next configuration (typically the next generation) when either runs
+   out. A created vPod serves (1 - delta) of the epoch. What is left is unserved. Disaggregated
+   serving: each (class, phase) is a unit of this rule (ordered as the classes, prefill before
+   decode at a tie) and walks the configurations of its phase; a class's unserved rate is its
+   largest shortfall over the two phases, the other phase gives back what it served beyond that
+   (last served first), and vPods that leaves idle are released down to the floors of rule 2 (the
+   epoch greedy's rule, ``formulations/allocation.md``).
 4. **placement** (generations given as pods, ``placement`` not ``none``): every vPod is placed when it
    is created, first fit (:class:`~neuscale_opt.topology.greedy.FirstFitPlacer`, the greedy
    heuristic's rule), and never moved: a kept vPod keeps its position, a group that shrinks
@@ -125,8 +126,16 @@ class _Epoch:
         """Spare capacity of group g (vPods' worth)."""
         return serving_capacity(self.n.get(g, 0), self.n_prev.get(g, 0), self.delta) - self.load.get(g, 0.0)
 
+    def free_for(self, k: Any, g: str) -> bool:
+        """Can configuration k run on group g this epoch? A configuration runs on one group per epoch
+        (a plan row is one configuration on one group): not where it already serves on another."""
+        return k.config_id not in self.x or self.route.get(k.config_id, k.group) == g
+
     def put(self, k: Any, g: str, r_left: float) -> float:
-        """Serve as much of r_left (req/s) as fits with configuration k on group g; the rate taken."""
+        """Serve as much of r_left (req/s) as fits with configuration k on group g; the rate taken
+        (0 where k already serves on another group, :meth:`free_for`)."""
+        if not self.free_for(k, g):
+            return 0.0
         cap = float(k.cap_rps)
         take = min(r_left, max(self.room(g), 0.0) * cap)
         if take > EPS:
@@ -165,13 +174,18 @@ def _route_tail(
     configuration for it, in the order of :func:`neuscale_opt.alloc.tail.nearest_first`, if their
     spare capacity holds the whole rate (then the rate, else nothing is placed and 0 is returned)."""
     b, phase = bp
-    options = []
+    best: dict[str, tuple[Any, Any]] = {}  # one group per configuration (the nearest), where it is free
     for g in ep.n:
         k = by_type.get((group_type[g], b))
         room = ep.room(g)
         if k is None or str(k.phase) != phase or ep.n[g] <= 0 or room <= EPS or g not in ep.served:
             continue
-        options.append((nearest_first(tokens, b, ep.served[g], room, g), k))
+        if not ep.free_for(k, g):
+            continue
+        key = nearest_first(tokens, b, ep.served[g], room, g)
+        if k.config_id not in best or key < best[k.config_id][0]:
+            best[k.config_id] = (key, k)
+    options = list(best.values())
     if sum(max(ep.room(key[2]), 0.0) * float(k.cap_rps) for key, k in options) < rate * (1 - EPS):
         return 0.0
     taken = 0.0
@@ -311,12 +325,15 @@ def autoscale(
             if b in tail and r_left > EPS:
                 r_left -= _route_tail(ep, bp, r_left, by_type, group_type, tokens)
             # (ii) coalescing into a group of the same vPod type with room
+            # for all of what is left (a configuration runs on one group: one that already serves on
+            # its own group grows it in iii instead)
             if r_left > EPS and rows_of[bp] and r_left < params.coalesce_threshold * float(rows_of[bp][0].cap_rps):
                 for g in sorted(ep.n, key=lambda g: (group_eff[g], g)):
                     k = by_type.get((group_type[g], b))
                     if k is None or str(k.phase) != phase or r_left <= EPS or ep.n.get(g, 0) <= 0:
                         continue
-                    r_left -= ep.put(k, g, r_left)
+                    if ep.free_for(k, g) and ep.room(g) * float(k.cap_rps) >= r_left * (1 - EPS):
+                        r_left -= ep.put(k, g, r_left)
             # (iii) grow, best fit first, fail over
             for k in rows_of[bp]:
                 if r_left <= EPS:

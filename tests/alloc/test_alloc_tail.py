@@ -83,3 +83,28 @@ def test_replay_sends_the_tail_class_to_its_route():
     a_req = req[req["bucket"] == "a"]
     assert len(a_req) > 0 and (a_req["vpod"] >= 0).all()  # every tail request was served ...
     assert set(vp.loc[a_req["vpod"], "vpod_group"]) == {groups["a"]} == {groups["b"]}  # ... on b's group
+
+
+@pytest.mark.parametrize("planner", ["milp", "greedy"])
+def test_a_tail_class_is_not_split_over_two_groups_with_one_configuration(planner):
+    # dedicated groups of type v for 'a' and 'b' (9 req/s each on 10 per vPod: 0.1 vPod spare each);
+    # 'tiny' (0.3 req/s, 2 per vPod of v: 0.15 vPod) fits only over both. Its configuration of v is
+    # one plan row, on one group: routing it over both would put 0.3 req/s on one (load 1.05 > 1), so
+    # it takes the nearest group's room, finds the rest no room and is planned as an ordinary class
+    rows = [
+        vpod("g", "a", rate=10, static_w=100, name="v"),
+        vpod("g", "b", rate=10, static_w=100, name="v"),
+        vpod("g", "tiny", rate=2, static_w=100, name="v"),
+        vpod("g", "tiny", rate=1, static_w=50, name="w"),
+    ]
+    c = make_coefficients(
+        rows, {"a": 9.0, "b": 9.0, "tiny": 0.3}, tokens={"a": (500, 50), "b": (700, 50), "tiny": (600, 50)}, epoch_s=T
+    )
+    opts = PlanOptions(variant="dedicated", tail_rate_rps=1.0)
+    sol = solve_milp(c, opts) if planner == "milp" else greedy(c, opts)
+    ev = evaluate(sol, c)
+    assert ev.feasible, ev.violations
+    tiny = sol.allocations[sol.allocations["bucket"] == "tiny"]
+    assert tiny["rate_rps"].sum() == pytest.approx(0.3)
+    assert tiny["config_id"].is_unique
+    assert "tail_classes" not in sol.epochs[0]  # planned as an ordinary class

@@ -89,6 +89,30 @@ def test_without_coalescing_each_class_holds_its_own_vpod():
     assert sol.totals["energy_j"] == pytest.approx(60_000.0)
 
 
+def test_a_class_that_fills_its_own_vpods_does_not_split_onto_another_group():
+    # A: 15 req/s every epoch, 2 vPods (room 0.5 = 5 req/s). B: 10 req/s in epoch 0, 11 from epoch 1:
+    # its need (the last window's peak) is 10 at epoch 1 and 11 at epoch 2, where its own vPod (held
+    # by the floors) takes 10 and 1 req/s is left, under 0.5 x 10. B's configuration already serves
+    # on B's group, and a plan row is one configuration on one group: B grows its own group to 2
+    # vPods instead of coalescing (which put all 11 req/s on A's group: load 1.5 + 1.1 > 2 vPods)
+    rows = [vpod("x", "A", rate=10, static_w=100, name="t"), vpod("x", "B", rate=10, static_w=100, name="t")]
+    dem = {(t, "A"): 15.0 for t in range(3)} | {(0, "B"): 10.0, (1, "B"): 11.0, (2, "B"): 11.0}
+    coeffs = make_coefficients(rows, dem, epoch_s=300.0, util_cap=1.0)
+    params = HorizonParams(prewarm=False)
+    sol = neuscale_autoscaler(coeffs, OPTS, params)
+    a = sol.allocations
+    e2 = a[a["epoch"] == 2].set_index("bucket")
+    assert e2.loc["B", "vpod_group"] == "t|B" and e2.loc["B", "n_vpods"] == 2
+    assert e2.loc["B", "rate_rps"] == pytest.approx(11.0)
+    assert e2.loc["A", "vpod_group"] == "t|A" and e2.loc["A", "n_vpods"] == 2
+    planned = [(e["epoch"], b, r) for e in sol.epochs for b, r in e["forecast_rps"].items()]
+    import pandas as pd
+
+    demand = pd.DataFrame(planned, columns=["epoch", "bucket", "rate_rps"])
+    ev = evaluate_schedule(sol, coeffs, params, demand=demand)
+    assert ev.feasible, ev.violations[:3]
+
+
 def test_homogeneous_autoscaler_uses_one_generation(azure):
     inst, coeffs = azure
     sol = plan_horizon(inst, "homogeneous-autoscaler", coeffs=coeffs, chip="tpu-v5e")
