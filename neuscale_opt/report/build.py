@@ -803,7 +803,14 @@ def _comparison(plan: dict, baselines: dict, rp: dict, key: str, hours: float) -
         if r is not None and math.isfinite(good_ratio):
             # a plan the evaluator rejects (a reactive auto-scaler whose capacity lags demand) still
             # ran; the words say both
-            judged = " (the evaluator finds it infeasible)" if status == "infeasible" else ""
+            judged = ""
+            if status == "infeasible":
+                short = float(tot.get("unserved_rps") or 0.0) if tot is not None else 0.0
+                judged = (
+                    f" (the evaluator finds it infeasible: it plans {fmt(short)} req/s unserved at its worst epoch)"
+                    if short > 0
+                    else " (the evaluator finds it infeasible)"
+                )
             words.append(
                 f"{name}{judged} needs {fmt(good_ratio)} x the {what} per goodput token at "
                 f"{pct(r.get('slo_attainment'))} SLO attainment"
