@@ -246,3 +246,39 @@ def test_a_baseline_the_evaluator_rejects_is_still_replayed(tiny_report, tmp_pat
     row = next(r for r in comp if r["method"] == "neuscale-autoscaler")
     assert row["status"] == "infeasible" and row["replayed SLO"] not in ("", "–")
     assert "neuscale-autoscaler (the evaluator finds it infeasible) needs" in md.split("## What to deploy")[0]
+
+
+def test_a_baseline_rejected_for_unserved_demand_says_how_much():
+    # the first screen's sentence on a baseline the evaluator rejects because it plans demand
+    # unserved (a generation too small for the traffic): the worst epoch's unserved rate, from the
+    # evaluator's totals
+    from types import SimpleNamespace
+
+    from neuscale_opt.report.build import _comparison
+
+    plan = {"method": "milp", "status": "optimal", "totals": {"energy_j": 100.0, "cost_usd": 1.0}}
+    rp = {
+        "milp": {"energy_j": 100.0, "goodput_tokens_out": 1000.0, "slo_attainment": 0.99},
+        "homogeneous-autoscaler": {"energy_j": 150.0, "goodput_tokens_out": 900.0, "slo_attainment": 0.8},
+        "neuscale-autoscaler": {"energy_j": 120.0, "goodput_tokens_out": 1000.0, "slo_attainment": 1.0},
+    }
+    short = SimpleNamespace(status="infeasible", runnable=True)
+    lagging = SimpleNamespace(status="infeasible", runnable=True)
+    baselines = {
+        "homogeneous-autoscaler": (
+            short,
+            SimpleNamespace(totals={"energy_j": 140.0, "cost_usd": 1, "unserved_rps": 2.5}),
+        ),
+        "neuscale-autoscaler": (
+            lagging,
+            SimpleNamespace(totals={"energy_j": 120.0, "cost_usd": 1.0, "unserved_rps": 0}),
+        ),
+    }
+    _table, words = _comparison(plan, baselines, rp, "energy_j", 1.0)
+    rejected = (
+        "homogeneous-autoscaler (the evaluator finds it infeasible: it plans 2.50 req/s unserved at its worst epoch)"
+    )
+    assert rejected in words
+    # 150 J / 900 tokens against 100 J / 1000 tokens
+    assert "needs 1.67 x the energy per goodput token at 80" in words
+    assert "neuscale-autoscaler (the evaluator finds it infeasible) needs 1.20 x" in words
