@@ -207,6 +207,24 @@ def epoch_demand(
     return demand
 
 
+def _data_horizon(trace: pd.DataFrame) -> float:
+    """Where the trace's record ends (s): ``df.attrs["horizon_s"]`` (the cut ``duration_s`` or the
+    last arrival), at least the last arrival."""
+    t = trace["arrival_s"].to_numpy(np.float64)
+    return max(float(trace.attrs.get("horizon_s", 0.0)), float(t.max()) if len(t) else 0.0)
+
+
+def recorded_seconds(
+    trace: pd.DataFrame, epochs: np.ndarray, duration_s: np.ndarray, epoch_s: float, base_s: float
+) -> np.ndarray:
+    """Per epoch, the seconds of it the trace recorded: its ``duration_s`` cut at the trace's end
+    (:func:`_data_horizon`), at least one sub-window (as D2). Equal to ``duration_s`` except for
+    epochs a horizon set past the trace's end reaches into."""
+    start = np.asarray(epochs, dtype=np.float64) * float(epoch_s)
+    rec = np.clip(_data_horizon(trace) - start, 0.0, np.asarray(duration_s, dtype=np.float64))
+    return np.maximum(rec, min(float(base_s), float(epoch_s)))
+
+
 def _pooled_counts(
     trace: pd.DataFrame, epoch_s: float, base_s: float, horizon_s: float | None
 ) -> tuple[np.ndarray, float]:
@@ -217,7 +235,7 @@ def _pooled_counts(
     sub-windows that hold nothing because nothing was recorded, not because the rate fell."""
     n_sub = _subwindows(epoch_s, base_s)
     t = trace["arrival_s"].to_numpy(np.float64)
-    data_h = max(float(trace.attrs.get("horizon_s", 0.0)), float(t.max()) if len(t) else 0.0)
+    data_h = _data_horizon(trace)
     h = float(horizon_s) if horizon_s is not None else data_h
     n_ep = max(math.floor(min(h, data_h) / epoch_s + 1e-12), 0)
     check_epoch_count(max(n_ep, 1), epoch_s, h, cells=max(n_ep, 1) * n_sub)
@@ -322,9 +340,14 @@ def burst_demand(
     tot = dem.groupby("epoch", observed=True)["count"].transform("sum").to_numpy(np.float64)
     pe = pooled.set_index("epoch")
     # a trailing partial epoch no longer than w*: its pooled mean (its window is not filled), over
-    # its own length (at base-window resolution: a table at w* resolution counts it as w* long)
+    # its own length (at base-window resolution: a table at w* resolution counts it as w* long);
+    # its length is what the trace recorded of it: a horizon set past the trace's end
+    # (epochs.horizon) adds time without arrivals that is not a lower rate
     fine = epoch_demand(trace, None, epoch_s=epoch_s, subwindow_s=base_s, horizon_s=horizon_s).set_index("epoch")
-    peak = np.where(fine["duration_s"] <= w, fine["mean_rps"], pe["peak_rps"])
+    rec = recorded_seconds(trace, fine.index.to_numpy(), fine["duration_s"].to_numpy(np.float64), epoch_s, base_s)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        recorded_mean = fine["count"].to_numpy(np.float64) / rec
+    peak = np.where(rec <= w, recorded_mean, pe["peak_rps"])
     peak = pd.Series(peak, index=pe.index).reindex(dem["epoch"]).to_numpy(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(tot > 0, dem["count"].to_numpy(np.float64) / tot, 0.0)

@@ -88,6 +88,13 @@ def test_a_horizon_longer_than_the_data_is_not_a_rate_drop():
     tr.attrs["horizon_s"] = h
     assert sizing_window(tr, horizon_s=H)[0] == 300.0
     assert sizing_window(tr, horizon_s=H)[1]["candidates"] == sizing_window(tr, horizon_s=3300.0)[1]["candidates"]
+    # and epoch 11 is sized on the 200 s the trace recorded of it, not on the horizon's 300 s (its
+    # mean rate, what arrives on average over the epoch, keeps the 300 s)
+    dem = burst_demand(tr, None, horizon_s=H)
+    last = dem[dem["epoch"] == 11].iloc[0]
+    n11 = int((t[t < h] >= 3300.0).sum())
+    assert last["burst_rps"] == pytest.approx(n11 / 200.0)
+    assert last["mean_rps"] == pytest.approx(n11 / 300.0)
     # the same 100 s recorded empty (the data's horizon 3600 s): a real lull, which does count
     tr.attrs["horizon_s"] = H
     assert sizing_window(tr, horizon_s=H)[0] < 300.0
