@@ -20,8 +20,11 @@ and compared with NeuScale's auto-scaler:
 * ``milp oracle`` - the same on the actual demand (what a perfect forecast gives under the rules);
 * ``no rules last-peak``, ``no rules oracle`` - the same without the coupling rules
   (``[horizon] coupling = false``: each epoch planned alone on its forecast, resp. its actual
-  demand; what the rules cost on top of the forecast). The replay still loads the weights of every
-  created vPod for 30 s, which a plan without rules does not see.
+  demand; what the rules cost on top of the forecast). Where the instance pre-warms, such a plan is
+  made 30 s before its epoch from the same history as the others (``HorizonParams.lead_s``) and its
+  new vPods are pre-warmed in the replay as theirs are; where it does not, the replay loads the
+  weights of every created vPod for the first 30 s of its epoch, which a plan without rules does not
+  see.
 
 Columns: goodput tokens/J of the energy plans and goodput tokens/$ of the cost plans, each as a
 ratio to NeuScale's auto-scaler planned with the same objective, and the replayed SLO attainment
