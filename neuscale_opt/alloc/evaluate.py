@@ -74,7 +74,7 @@ def _codes(*cols: list[Any]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
     return np.array([pos[k] for k in keys], dtype=np.int64), uniq
 
 
-def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
+def evaluate(solution: Any, coeffs: Coefficients, lead_s: float | None = None) -> Evaluation:
     """Re-check ``solution`` against ``coeffs`` and account energy, money, carbon and chips.
 
     Reads from the solution only its rows, its unserved table and the options that define the
@@ -249,7 +249,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
     g_emb = emb_h[first] if ng else np.zeros(0)
     # pre-warm hold (formulations/allocation.md, "Pre-warm hold"): the vPods a group adds at an
     # epoch e >= 1 of the plan are held L before it, as the replay creates them
-    pre = _prewarm_hold(coeffs, gkeys, g_n, g_static, g_price, g_emb)
+    pre = _prewarm_hold(coeffs, gkeys, g_n, g_static, g_price, g_emb, lead_s)
     per_epoch = []
     for e in coeffs.epochs:
         ge = g_epoch == int(e)
@@ -279,7 +279,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
                 "carbon_kg": carbon,
                 "unserved_rps": unserved_rps,
                 "tokens": tok,
-                "energy_static_j": static_j,
+                "energy_static_j": static_j + pre_j,  # the pre-warm hold is static power too
                 "energy_busy_j": e_busy,
                 "energy_dynamic_j": e_dyn,
                 "prewarm_energy_j": coeffs.pue * pre_j,
@@ -287,6 +287,7 @@ def evaluate(solution: Any, coeffs: Coefficients) -> Evaluation:
             }
         )
     epoch_cols = ["epoch", "energy_j", "cost_usd", "carbon_kg", "unserved_rps", "tokens"]
+    epoch_cols += ["prewarm_energy_j", "prewarm_cost_usd"]
     epoch_arrays = {c: np.array([r[c] for r in per_epoch]) for c in epoch_cols}
     by_epoch = pd.DataFrame(epoch_arrays) if per_epoch else pd.DataFrame(per_epoch, columns=epoch_cols)
     peak: dict[str, float] = {}
@@ -335,13 +336,14 @@ def _prewarm_hold(
     g_static: np.ndarray,
     g_price: np.ndarray,
     g_emb: np.ndarray,
+    lead_s: float | None,
 ) -> dict[int, tuple[float, float, float]]:
     """Per epoch ``e >= 1`` of the plan: static J (before PUE), USD and embodied kg of holding the
     vPods each group adds over epoch ``e - 1`` (``max(n_e - n_{e-1}, 0)``, the replay's creations)
-    for the pre-warm lead L before the epoch (``coeffs.demand.attrs["observed_lead_s"]``, the
-    instance's ``traces.demand.prewarm_lead_s``; 0, nothing, for tables without it). The horizon
-    schedule evaluator charges the same (``horizon.evaluate``)."""
-    lead = float(coeffs.demand.attrs.get("observed_lead_s", 0.0) or 0.0)
+    for the pre-warm lead L before the epoch: ``lead_s`` (the horizon schedule evaluator passes
+    ``HorizonParams.lead_s``), else ``coeffs.demand.attrs["observed_lead_s"]`` (the instance's
+    ``traces.demand.prewarm_lead_s``; 0, nothing, for tables without it)."""
+    lead = float(lead_s) if lead_s is not None else float(coeffs.demand.attrs.get("observed_lead_s", 0.0) or 0.0)
     if lead <= 0.0 or not gkeys:
         return {}
     at = {(int(e), str(g)): i for i, (e, g) in enumerate(gkeys)}

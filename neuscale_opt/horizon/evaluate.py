@@ -34,7 +34,6 @@ from neuscale_opt.alloc.attainment import row_shares
 from neuscale_opt.alloc.evaluate import evaluate
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients
-from neuscale_opt.energy import static_energy_j
 from neuscale_opt.horizon.context import inventory_dropped
 from neuscale_opt.horizon.params import FLOOR_EPS, HorizonParams
 
@@ -60,15 +59,10 @@ def _ok(lhs: float, rhs: float) -> bool:
     return lhs <= rhs + RTOL * max(1.0, abs(rhs))
 
 
-#: per-vPod held rates of a group, for the pre-warm accounting (the configuration table's columns)
-_HELD_COLUMNS = ("static_power_w", "price_usd_per_hour", "embodied_kg_per_hour")
-
-
 def group_table(allocations: pd.DataFrame, coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
     """One row per (epoch, vpod_group): ``n`` vPods, ``load`` = sum of rate / (u_k mu_k) of its rows
-    (u_k from ``alloc.attainment.row_shares``), ``chip``, ``chips_per_vpod``, ``vpod_type``, and per
-    vPod ``static_power_w``, ``price_usd_per_hour``, ``embodied_kg_per_hour`` (NaN read as 0)."""
-    cols = ["epoch", "vpod_group", "n", "load", "chip", "chips_per_vpod", "vpod_type", *_HELD_COLUMNS]
+    (u_k from ``alloc.attainment.row_shares``), ``chip``, ``chips_per_vpod``, ``vpod_type``."""
+    cols = ["epoch", "vpod_group", "n", "load", "chip", "chips_per_vpod", "vpod_type"]
     if allocations.empty:
         return pd.DataFrame(columns=cols)
     cfg = coeffs.configs.set_index("config_id")
@@ -76,8 +70,6 @@ def group_table(allocations: pd.DataFrame, coeffs: Coefficients, options: PlanOp
     ref = cfg.loc[rows["config_id"]].reset_index()
     cap = row_shares(ref, coeffs, options) * ref["max_rate_rps"].astype(float).to_numpy()
     rows["_load"] = rows["rate_rps"].astype(float).to_numpy() / cap
-    for c in _HELD_COLUMNS:
-        rows[c] = np.nan_to_num(ref[c].astype(float).to_numpy(), nan=0.0)
     out = (
         rows.groupby(["epoch", "vpod_group"], sort=True)
         .agg(
@@ -86,7 +78,6 @@ def group_table(allocations: pd.DataFrame, coeffs: Coefficients, options: PlanOp
             chip=("chip", "first"),
             chips_per_vpod=("chips_per_vpod", "first"),
             vpod_type=("vpod_type", "first"),
-            **{c: (c, "first") for c in _HELD_COLUMNS},
         )
         .reset_index()
     )
@@ -128,7 +119,9 @@ def evaluate_schedule(
     chips = coeffs.chips.copy()
     chips["healthy_chips"] = [_flat_inventory(solution, coeffs, str(c), inv) for c in chips["chip"]]
     flat = replace(coeffs, demand=dem, chips=chips)
-    ev = evaluate(solution, flat)
+    # the per-epoch evaluation charges the pre-warm hold of the vPods each epoch adds, at this
+    # schedule's lead (formulations/allocation.md, "Pre-warm hold")
+    ev = evaluate(solution, flat, lead_s=params.lead_s(float(coeffs.epoch_s)))
     violations = list(ev.violations)
 
     opts = solution.options
@@ -157,13 +150,6 @@ def evaluate_schedule(
             violations.append(f"group {g!r} changes vPod type at epoch {r.epoch}")
         chip_of[g] = (str(r.chip), float(r.chips_per_vpod))
     keys = sorted(type_of)
-    held_of = {
-        (int(r.epoch), str(r.vpod_group)): tuple(float(getattr(r, c)) for c in _HELD_COLUMNS)
-        for r in groups.itertuples()
-    }
-    lead = params.lead_s(t_s)
-    # pre-warm: each vPod created at t >= 1 is held L before the epoch (static J, USD, embodied kg)
-    pre: dict[int, np.ndarray] = {}
     delta = params.delay_share(t_s) if params.coupling else 0.0
     k_hold = params.hold_epochs(t_s) if params.coupling else 0
     created: dict[int, int] = {}
@@ -173,7 +159,6 @@ def evaluate_schedule(
     for t in epochs:
         created[t] = deleted[t] = 0
         created_chips[t] = deleted_chips[t] = 0.0
-        pre[t] = np.zeros(3)
         if t - 1 not in epochs:
             continue
         forced: dict[str, float] = {}
@@ -186,11 +171,6 @@ def evaluate_schedule(
             deleted[t] += z
             created_chips[t] += y * w
             deleted_chips[t] += z * w
-            if y and lead > 0:
-                static_w, price_h, emb_h = held_of[(t, g)]
-                pre[t] += y * np.array(
-                    [static_energy_j(static_w, lead), price_h * lead / 3600.0, emb_h * lead / 3600.0]
-                )
             if not params.coupling:
                 continue
             if n > params.growth_max * prev + params.new_group_vpods + 1e-9:
@@ -239,28 +219,17 @@ def evaluate_schedule(
     by_epoch["created_vpods"] = [created[int(t)] for t in by_epoch["epoch"]]
     by_epoch["deleted_vpods"] = [deleted[int(t)] for t in by_epoch["epoch"]]
     by_epoch["reconfig_energy_j"] = reconfig_j
-    pre_j = np.array([coeffs.pue * pre[int(t)][0] for t in by_epoch["epoch"]], dtype=float)
-    by_epoch["prewarm_energy_j"] = pre_j
-    by_epoch["prewarm_cost_usd"] = [float(pre[int(t)][1]) for t in by_epoch["epoch"]]
-    by_epoch["energy_j"] = by_epoch["energy_j"] + reconfig_j + pre_j
-    by_epoch["cost_usd"] = by_epoch["cost_usd"] + by_epoch["prewarm_cost_usd"]
-    by_epoch["carbon_kg"] = (
-        by_epoch["carbon_kg"] + (reconfig_j + pre_j) * kg_per_j + [float(pre[int(t)][2]) for t in by_epoch["epoch"]]
-    )
+    by_epoch["energy_j"] = by_epoch["energy_j"] + reconfig_j
+    by_epoch["carbon_kg"] = by_epoch["carbon_kg"] + reconfig_j * kg_per_j
     for c in sorted(base_inv):
         by_epoch[f"chips_{c}"] = [float(used.get((int(t), c), 0.0)) for t in by_epoch["epoch"]]
     totals = dict(ev.totals)
-    if "energy_static_j" in totals:  # before PUE, as the per-epoch evaluation's
-        totals["energy_static_j"] = float(totals["energy_static_j"]) + float(sum(v[0] for v in pre.values()))
     energy = float(by_epoch["energy_j"].sum())
     cost = float(by_epoch["cost_usd"].sum())
     totals.update(
         energy_j=energy,
-        cost_usd=cost,
         carbon_kg=float(by_epoch["carbon_kg"].sum()),
         reconfig_energy_j=float(reconfig_j.sum()),
-        prewarm_energy_j=float(pre_j.sum()),
-        prewarm_cost_usd=float(by_epoch["prewarm_cost_usd"].sum()),
         created_vpods=int(by_epoch["created_vpods"].sum()),
         deleted_vpods=int(by_epoch["deleted_vpods"].sum()),
         tokens_per_j=totals["tokens"] / energy if energy > 0 else math.nan,

@@ -57,6 +57,12 @@ def test_prewarmed_growth_serves_the_whole_epoch_myopic():
     assert sol.unserved["unserved_rps"].tolist() == pytest.approx([15.0])
     assert sol.objective_value == pytest.approx(576_000.0, rel=1e-6)
     assert sol.totals["prewarm_energy_j"] == pytest.approx(6_000.0)
+    # a table that carries the instance's lead (as a trace instance's does) is charged the hold once,
+    # not once by the per-epoch evaluation and again by the schedule's
+    coeffs.demand.attrs["observed_lead_s"] = 30.0
+    ev = evaluate_schedule(sol, coeffs, HorizonParams())
+    assert ev.totals["prewarm_energy_j"] == pytest.approx(6_000.0)
+    assert ev.objective_value == pytest.approx(576_000.0, rel=1e-6)
 
 
 def test_prewarmed_look_ahead():
