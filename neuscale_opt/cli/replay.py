@@ -2,7 +2,7 @@
 
 ``neuscale-opt replay PLAN.json [--instance INSTANCE [--force]] [--trace TRACE] [--json PATH|-]
 [--requests PATH|-] [--create-delay S] [--no-prewarm] [--cold-start] [--idle-fleet-power] [--admission all|plan]
-[--routing plan|load] [--no-overflow]``
+[--routing plan|load] [--no-overflow] [--no-surge]``
 
 PLAN.json is a plan in the allocation planner's JSON contract; INSTANCE the instance it was made
 for (default: the instance the plan's provenance records, else the embedded default; an instance
@@ -17,7 +17,9 @@ rows), so the replay does the work the plan accounts (README section 3); default
 splitting the class over them as the plan's rates say (default ``plan``; README section 2).
 ``--no-overflow`` keeps every request on its class's groups (by default a request those would
 serve after its TTFT target goes to another class's vPod whose configuration serves its class, if
-that one gives its first token in time).
+that one gives its first token in time). ``--no-surge`` turns off the surge guard (by default a
+group whose arrivals would get their first token late gets one more vPod where the fleet has a free
+slice, up to twice its planned vPods, until the next epoch boundary; README section 2).
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ HEADLINE: tuple[str, ...] = (
     "p99_tpot_s",
     "unserved",
     "chip_hours",
+    "surge_vpods",
+    "surge_chip_hours",
 )
 
 
@@ -97,6 +101,12 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
         help="keep every request on its class's groups (default: a request they would serve late may go to "
         "another class's vPod that serves its class in time)",
     )
+    p.add_argument(
+        "--no-surge",
+        action="store_true",
+        help="no run-time scale-up (default: a group whose arrivals would get their first token late gets one "
+        "more vPod where the fleet has room, up to twice its planned vPods, until the next epoch boundary)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_replay)
 
@@ -135,6 +145,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "admission": args.admission,
         "routing": args.routing,
         "overflow": not args.no_overflow,
+        "surge": not args.no_surge,
         "prewarm": False if args.no_prewarm else None,
     }
     if args.create_delay is not None:

@@ -64,7 +64,7 @@ class _Vpod:
     __slots__ = (
         "vid", "group", "tab", "slots", "ready", "retired", "queue", "load", "n_act", "fin", "D", "base",
         "state", "t0", "tau", "k", "pm0", "ver", "rid", "cut", "held_from", "held_to", "busy_s", "work_s", "energy_j",
-        "phase", "inflight", "kv_j", "fixed_j",
+        "phase", "inflight", "kv_j", "fixed_j", "surge",
     )  # fmt: skip
 
     def __init__(self, vid: int, group: _Group, t: float) -> None:
@@ -97,6 +97,7 @@ class _Vpod:
         self.inflight = 0  # KV hand-offs pending: prefilled, not yet sent (prefill) / in transit (decode)
         self.kv_j = 0.0  # J of DCN energy of KV hand-offs (already in energy_j)
         self.fixed_j = 0.0  # J of weight streaming of the batched steps (E2; already in energy_j)
+        self.surge = False  # made (or taken back from draining) by the surge guard
 
 
 #: routing key of a vPod: prompts waiting x WAITING + sequences per slot (at most 1)
@@ -172,6 +173,7 @@ class EngineResult:
     kv_transfer_s: np.ndarray  # disaggregated: KV hand-off time (NaN otherwise)
     energy_kv_j: np.ndarray  # per vPod: DCN energy of KV hand-offs (part of energy_dyn_j)
     energy_busy_j: np.ndarray  # per vPod: weight streaming of the batched steps (E2, part of energy_dyn_j)
+    vpod_surge: np.ndarray  # per vPod: made by the surge guard
 
 
 def run(
@@ -190,6 +192,8 @@ def run(
     overflow: list[frozenset[int]] | None = None,
     ttft_target: list[float] | None = None,
     lead_s: float = 0.0,
+    surge: Callable[[int, int], bool] | None = None,
+    surge_growth: float = 2.0,
 ) -> EngineResult:
     """Replay requests (sorted by arrival) against ``schedule[e]`` for epochs ``e = 0 .. E-1``;
     ``on_epoch(1)`` (e.g. a progress bar's ``update``) is called as each epoch boundary is reached.
@@ -201,7 +205,14 @@ def run(
     ``ttft_target`` (per class, s): an arrival whose own vPod would give its first token after its
     TTFT target (``start_wait`` plus its prefill) joins instead the vPod of another class's colocated
     group, of a type that serves its class, that gives it soonest, if that one has no prompt waiting
-    and meets the target (the router coalesces at run time what the plan sized apart); None: never."""
+    and meets the target (the router coalesces at run time what the plan sized apart); None: never.
+    ``surge(e, type_index)`` (the surge guard; None: off): when an arrival (not a request queued
+    while its class had no vPod) would get its first token after its TTFT target on its group's
+    best vPod and no overflow host takes it, the group gets one more vPod, ready
+    ``create_delay_s`` later (a draining one of the group is taken back at once), if no vPod of
+    the group is being created, the new one is ready before the epoch ends, the group holds fewer
+    than ``surge_growth`` times its planned vPods, and ``surge`` says the fleet has room for it in
+    epoch ``e`` (and takes it); the next epoch boundary resizes every group to its plan again."""
     n_req = len(arrival)
     nan = math.nan
     start = [nan] * n_req
@@ -218,6 +229,8 @@ def run(
     route = _Lanes(n_buckets)  # colocated / prefill groups of each class
     droute = _Lanes(n_buckets)  # decode groups
     split = routing == "plan"
+    guard = surge is not None
+    ei = 0  # the next epoch boundary's index (the epoch running is ei - 1)
     alt: list[list[_Group]] = [[] for _ in range(n_buckets)]  # overflow hosts of each class this epoch
     if ttft_target is None:
         ttft_target = [math.inf] * n_buckets
@@ -365,13 +378,13 @@ def run(
                 w += ahead
         return w
 
-    def best_vpod(b: int, lanes: _Lanes = route, rid: int = -1, t: float = 0.0) -> _Vpod | None:
+    def best_vpod(b: int, lanes: _Lanes = route, rid: int = -1, t: float = 0.0, arriving: bool = False) -> _Vpod | None:
         """The vPod request ``rid`` of class ``b`` joins at ``t``: :func:`own_vpod`; with
         ``overflow``, when that one (or none ready) would give its first token after its TTFT
         target, the vPod of a group of another class whose type serves ``b`` that gives it soonest,
         if that one meets the target and has no prompt waiting."""
         v = own_vpod(b, lanes)
-        if rid < 0 or not alt[b] or (v is not None and not v.queue and v.state != PREFILLING):
+        if rid < 0 or not (alt[b] or arriving) or (v is not None and not v.queue and v.state != PREFILLING):
             return v
         s = s_in[rid]
         deadline = arrival[rid] + ttft_target[b]
@@ -385,7 +398,19 @@ def run(
                 at = t + start_wait(h, t) + h.tab.pre_lat[s]
                 if at <= first_at:
                     host, first_at = h, at
+        if host is None and arriving and v is not None:
+            grow(v.group, t)
         return v if host is None else host
+
+    def grow(g: _Group, t: float) -> None:
+        """The surge guard: one more vPod for ``g`` (see ``surge`` above)."""
+        if len(g.live) > len(g.ready) or t + create_delay_s >= ei * epoch_s or len(g.live) >= surge_growth * g.planned:
+            return  # capacity on its way, too late in the epoch, or the growth bound reached
+        if not surge(ei - 1, g.type_index):
+            return
+        before = set(map(_vid, g.live))
+        resize(g, len(g.live) + 1, t, False)
+        next(v for v in g.live if v.vid not in before).surge = True
 
     def own_vpod(b: int, lanes: _Lanes) -> _Vpod | None:
         gs = lanes.groups[b]
@@ -566,7 +591,6 @@ def run(
 
     n_epochs = len(schedule)
     i_arr = 0
-    ei = 0
     inf = math.inf
     t_ep = 0.0  # the next epoch boundary (inf past the last)
     pre_done = 0  # epochs whose vPods were pre-warmed (boundaries 1 .. pre_done)
@@ -658,7 +682,7 @@ def run(
             continue
         n_events += 1  # an arrival: to the best vPod of its class, or the class's queue
         b = bucket[i_arr]
-        v = best_vpod(b, route, i_arr, t_arr)
+        v = best_vpod(b, route, i_arr, t_arr, guard)
         if v is None:
             pending[b].append(i_arr)
         else:
@@ -685,6 +709,7 @@ def run(
         kv_transfer_s=np.asarray(xfer, dtype=np.float64),
         energy_kv_j=np.asarray([v.kv_j for v in vpods], dtype=np.float64),
         energy_busy_j=np.asarray([v.fixed_j for v in vpods], dtype=np.float64),
+        vpod_surge=np.asarray([v.surge for v in vpods], dtype=bool),
     )
 
 

@@ -47,6 +47,7 @@ from neuscale_opt.errors import InputError
 from neuscale_opt.instance import Horizon, Instance
 from neuscale_opt.replay.engine import EngineResult, EpochGroup, run
 from neuscale_opt.replay.plan import Plan, VpodType, arrival_epochs, instance_bucket_names, load_plan
+from neuscale_opt.replay.surge import SurgeRoom
 from neuscale_opt.replay.tables import StepTable, build_table
 from neuscale_opt.traces.demand import prewarm_lead_s
 
@@ -96,7 +97,13 @@ class ReplayOptions:
     class's colocated group that gives it soonest, if that vPod has no prompt waiting, meets the
     target and its configuration serves the class within its SLO and memory (a feasible row of the
     candidate table), as a router that coalesces at run time would; False keeps every class on its
-    planned groups (README section 2, "Overflow").
+    planned groups (README section 2, "Overflow"). ``surge`` (default True): the surge guard, a
+    run-time scale-up under the plan: when an arrival would give its first token after its TTFT
+    target on its group's vPods and no overflow host takes it, the group gets one more vPod (ready
+    ``create_delay_s`` later; one at a time per group; at most ``surge_growth`` times the group's
+    planned vPods, NeuScale's growth bound; only where the fleet still has a free slice,
+    :mod:`neuscale_opt.replay.surge`); the next epoch boundary takes every group back to the plan.
+    Its vPods are held, paid and counted as any other (``surge_vpods``, ``surge_chip_hours``).
     """
 
     create_delay_s: float = DEFAULT_CREATE_DELAY_S
@@ -107,6 +114,8 @@ class ReplayOptions:
     admission: str = "all"
     routing: str = "plan"
     overflow: bool = True
+    surge: bool = True
+    surge_growth: float = 2.0
 
     def __post_init__(self) -> None:
         if not (self.create_delay_s >= 0 and math.isfinite(self.create_delay_s)):
@@ -117,6 +126,8 @@ class ReplayOptions:
             )
         if self.routing not in ROUTINGS:
             raise InputError(f"routing must be one of {', '.join(ROUTINGS)}, got {self.routing!r}", where="replay")
+        if not (self.surge_growth >= 1 and math.isfinite(self.surge_growth)):
+            raise InputError(f"surge_growth must be a finite number >= 1, got {self.surge_growth}", where="replay")
 
 
 @dataclass(frozen=True)
@@ -357,13 +368,14 @@ def replay(
         keep = admitted_mask(arrival, bcode, names, admission_share(plan), instance.epochs.length_s)
     else:
         keep = np.ones(len(arrival), dtype=bool)
+    schedule = _schedule(plan, codes)
     res = run(
         arrival[keep].tolist(),
         s_in[keep].tolist(),
         s_out[keep].tolist(),
         bcode[keep].tolist(),
         len(names),
-        _schedule(plan, codes),
+        schedule,
         instance.epochs.length_s,
         tables,
         opts.create_delay_s,
@@ -373,6 +385,8 @@ def replay(
         routing=opts.routing,
         overflow=overflow_classes(plan.types, coeffs, codes) if opts.overflow else None,
         ttft_target=_ttft_targets(coeffs, names),
+        surge=SurgeRoom(instance, plan.types, schedule) if opts.surge else None,
+        surge_growth=opts.surge_growth,
     )
     if not keep.all():
         res = _expand(res, keep)
@@ -501,6 +515,7 @@ def _account(
             "energy_static_j": static_energy_j(static_w, held_s),
             "cost_usd": price_h * held_s / SECONDS_PER_HOUR,
             "embodied_kg": emb_h * held_s / SECONDS_PER_HOUR,
+            "surge": res.vpod_surge,
         }
     )
     if disagg:
@@ -651,6 +666,8 @@ def _account(
         "carbon_embodied_kg": embodied,
         "chip_hours": chip_h,
         "vpods_created": len(vtype),
+        "surge_vpods": int(res.vpod_surge.sum()),
+        "surge_chip_hours": float((held_s * vp_chips)[res.vpod_surge].sum()) / SECONDS_PER_HOUR,
         "tokens_per_joule": tokens_out / energy if energy > 0 else math.nan,
         "tokens_per_usd": tokens_out / cost if cost > 0 else math.nan,
         "goodput_tokens_out": goodput,
@@ -688,6 +705,8 @@ def _account(
             "admission": opts.admission,
             "routing": opts.routing,
             "overflow": opts.overflow,
+            "surge": opts.surge,
+            "surge_growth": opts.surge_growth,
         },
         "units": {
             "energy_j": "J at the facility (PUE applied)",

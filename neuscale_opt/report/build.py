@@ -915,6 +915,13 @@ def _risks(
         unserved = int(mine.get("unserved", 0))
         if unserved:
             s += f"; {fmt(unserved)} requests never served"
+        surged = int(mine.get("surge_vpods", 0))
+        if surged:
+            s += (
+                f"; the replay's surge guard added {fmt(surged)} vPod{'s' if surged != 1 else ''} "
+                f"({fmt(float(mine.get('surge_chip_hours', 0.0)))} chip-hours, in the replayed energy and cost) "
+                "where arrivals outran the plan"
+            )
         parts.append(s + " [replay](#replay)")
     fe = forecast_errors(plan)
     if rolling and not fe.empty:

@@ -80,11 +80,12 @@ class FirstFitPlacer:
 
 
 def first_fit(
-    groups: Iterable[StateGroup], counts: Mapping[tuple[str, str], int]
+    groups: Iterable[StateGroup] | FirstFitPlacer, counts: Mapping[tuple[str, str], int]
 ) -> tuple[list[PodPlacement], dict[tuple[str, str], int]]:
     """Place ``counts[(chip, shape)]`` vPods by the module's first-fit rule. Returns the placements and
-    what did not fit ((chip, canonical shape) -> vPods left over)."""
-    placer = FirstFitPlacer.from_groups(groups)
+    what did not fit ((chip, canonical shape) -> vPods left over). Given a placer (instead of pod
+    states), it places into it and keeps the chips it used."""
+    placer = groups if isinstance(groups, FirstFitPlacer) else FirstFitPlacer.from_groups(groups)
     items = sorted(
         ((c, check_shape(c, s), int(n)) for (c, s), n in counts.items() if int(n) > 0),
         key=lambda t: (-math.prod(t[1]), t[0], t[1]),

@@ -15,10 +15,13 @@ from neuscale_opt.alloc.context import usable_configs
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.candidates import build_coefficients
 from neuscale_opt.coefficients import meets_slo
-from neuscale_opt.replay import replay
+from neuscale_opt.replay import ReplayOptions, replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
 from replay_builders import plan_of, poisson_trace, tiny_instance  # noqa: E402
+
+#: one vPod as planned: the surge guard would add a second where the load outruns the first
+ONE_VPOD = ReplayOptions(surge=False)
 
 TARGET = 0.99
 #: The model may be conservative by at most this much load (lambda / mu) against the replay.
@@ -90,7 +93,9 @@ def _replayed(inst, coeffs, r, load: float) -> float:
     lam = load * float(r.max_rate_rps)
     spec = {"a": (lam, int(lengths.at["a", "input_tokens"]), int(lengths.at["a", "output_tokens"]))}
     tr = poisson_trace(spec, HORIZON_S)
-    return float(replay(plan_of([_one_vpod(r, lam)]), inst, trace=tr, coeffs=coeffs).totals["slo_attainment"])
+    return float(
+        replay(plan_of([_one_vpod(r, lam)]), inst, trace=tr, options=ONE_VPOD, coeffs=coeffs).totals["slo_attainment"]
+    )
 
 
 def test_safe_load_against_one_vpod_replays(one_class):
@@ -227,7 +232,9 @@ def _replayed_lengths(inst, coeffs, r, load: float, prompts=None, answers=None, 
         }
     )
     tr.attrs["source"] = "mixed-length-test-trace"
-    return float(replay(plan_of([_one_vpod(r, lam)]), inst, trace=tr, coeffs=coeffs).totals["slo_attainment"])
+    return float(
+        replay(plan_of([_one_vpod(r, lam)]), inst, trace=tr, options=ONE_VPOD, coeffs=coeffs).totals["slo_attainment"]
+    )
 
 
 def _replayed_mixed(inst, coeffs, r, load: float) -> float:

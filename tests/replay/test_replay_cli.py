@@ -154,6 +154,19 @@ def test_routing_flag_reaches_the_replay(run_cli, plan_file):
     assert code == 2 and "invalid choice" in err
 
 
+def test_no_surge_flag_reaches_the_replay(run_cli, plan_file):
+    plan = json.loads(open(plan_file, encoding="utf-8").read())
+    inst = load_instance(DEFAULT_INSTANCE)
+    for flags, surge in (((), True), (("--no-surge",), False)):
+        code, out, err = run_cli("replay", plan_file, "--instance", str(DEFAULT_INSTANCE), *flags, "--json", "-")
+        assert code == 0, err
+        data = json.loads(out)
+        assert data["meta"]["options"]["surge"] is surge
+        lib = replay(plan, inst, options=ReplayOptions(surge=surge)).totals
+        assert data["chip_hours"] == pytest.approx(lib["chip_hours"], rel=1e-12)
+        assert data["surge_vpods"] == lib["surge_vpods"]
+
+
 def test_cli_choices_are_the_replays_own_lists():
     # the CLI spells the choices out (it does not import the replay to print --help): they must stay
     # the library's

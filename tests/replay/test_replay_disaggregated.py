@@ -181,9 +181,15 @@ def test_azure_planned_and_half_capacity(azure):
     # twice the load on the same plan: the plan has half the capacity the trace needs
     tr = res.requests[["arrival_s", "input_tokens", "output_tokens"]]
     double = pd.concat([tr, tr]).sort_values("arrival_s", kind="mergesort").reset_index(drop=True)
-    half = replay(sol, inst, double, coeffs=coeffs, options=ReplayOptions(create_delay_s=0.0))
+    half = replay(sol, inst, double, coeffs=coeffs, options=ReplayOptions(create_delay_s=0.0, surge=False))
     assert half.totals["slo_attainment"] < 0.95
     assert half.totals["p99_ttft_s"] > res.totals["p99_ttft_s"]
+    assert half.totals["surge_vpods"] == 0
+    # the surge guard adds prefill vPods where the fleet has room and wins back part of the misses
+    guarded = replay(sol, inst, double, coeffs=coeffs, options=ReplayOptions(create_delay_s=0.0))
+    assert guarded.totals["surge_vpods"] > 0
+    assert guarded.totals["slo_attainment"] > half.totals["slo_attainment"]
+    assert guarded.totals["chip_hours"] > half.totals["chip_hours"]
 
 
 def test_azure_deterministic(azure):

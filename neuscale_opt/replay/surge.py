@@ -1,0 +1,85 @@
+"""Room for the replay's surge guard: which vPods the fleet can still slice while an epoch runs.
+
+The guard (``ReplayOptions.surge``, README section 2, "Surge guard") adds a vPod to a group whose
+arrivals would miss their TTFT target; this module says whether the inventory allows it. During
+epoch ``e`` the plan holds its own vPods and, in the pre-warm lead before the next boundary, those
+epoch ``e + 1`` adds; the room is what is left once ``max(n_e, n_{e+1})`` vPods of every
+(chip, shape) are placed. A generation given as pods (and planned with placement) is placed by the
+greedy first-fit rule (``topology.greedy``) and every added vPod must find a free aligned slice in
+the same placer; a generation given as a chip count, a switched GPU node, or an instance planned
+without placement counts chips only. A generation whose planned vPods first-fit cannot place (the
+plan's own placement was found by a model the greedy rule does not reproduce) gets no room: the
+guard never takes a chip the plan might hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from neuscale_opt.catalog import get_chip
+from neuscale_opt.instance import Instance
+from neuscale_opt.replay.engine import EpochGroup
+from neuscale_opt.replay.plan import VpodType
+from neuscale_opt.topology.greedy import FirstFitPlacer, first_fit
+from neuscale_opt.topology.pods import PLACEABLE, pod_states
+from neuscale_opt.topology.slices import shape_str
+
+
+class SurgeRoom:
+    """``room(e, type_index)``: True (and the room is taken) when one more vPod of plan type
+    ``type_index`` fits the fleet during epoch ``e``; what was taken stays taken until the epoch ends."""
+
+    def __init__(self, instance: Instance, types: Sequence[VpodType], schedule: Sequence[Sequence[EpochGroup]]):
+        self._types = tuple(types)
+        self._schedule = schedule
+        self._placed = instance.planning.placement != "none"
+        self._groups = pod_states(instance) if self._placed else []
+        placeable = {g.state.chip for g in self._groups}
+        #: generations counted in chips: healthy chips of each
+        self._count = {f.chip: f.healthy_chips for f in instance.fleet if f.chip not in placeable}
+        self._epoch = -1
+        self._placer: FirstFitPlacer | None = None
+        self._free: dict[str, int] = {}
+        self._blocked: set[str] = set()
+
+    def _held(self, e: int) -> dict[int, int]:
+        """vPods of each plan type held during epoch ``e`` (its own, or the next one's if more)."""
+        held: dict[int, int] = {}
+        for k in (e, e + 1):
+            if 0 <= k < len(self._schedule):
+                n_k: dict[int, int] = {}
+                for eg in self._schedule[k]:
+                    n_k[eg.type_index] = n_k.get(eg.type_index, 0) + eg.n_vpods
+                for ti, n in n_k.items():
+                    held[ti] = max(held.get(ti, 0), n)
+        return held
+
+    def _start(self, e: int) -> None:
+        self._epoch = e
+        self._free = dict(self._count)
+        self._blocked = set()
+        counts: dict[tuple[str, str], int] = {}
+        for ti, n in self._held(e).items():
+            vt = self._types[ti]
+            if vt.chip in self._free:
+                self._free[vt.chip] -= n * vt.chips
+            else:
+                key = (vt.chip, shape_str(vt.shape))
+                counts[key] = counts.get(key, 0) + n
+        self._placer = FirstFitPlacer.from_groups(self._groups) if self._groups else None
+        if self._placer is not None and counts:
+            _, left = first_fit(self._placer, counts)
+            self._blocked = {chip for chip, _ in left}
+
+    def __call__(self, e: int, type_index: int) -> bool:
+        if e != self._epoch:
+            self._start(e)
+        vt = self._types[type_index]
+        if vt.chip in self._free:
+            if self._free[vt.chip] >= vt.chips:
+                self._free[vt.chip] -= vt.chips
+                return True
+            return False
+        if vt.chip in self._blocked or self._placer is None or get_chip(vt.chip).topology not in PLACEABLE:
+            return False
+        return self._placer.place(vt.chip, vt.shape) is not None

@@ -1,0 +1,152 @@
+"""The surge guard (``ReplayOptions.surge``): a run-time scale-up under the plan.
+
+Hand cases on one v6e chip per vPod: the second of two prompts arriving together waits for the
+first's prefill, so with a TTFT target of 1.5 lone prefills it would be late, which is the guard's
+trigger. The room the fleet leaves (``replay.surge.SurgeRoom``) is checked on a pod whose failed
+chips leave enough chips but no free aligned slice.
+"""
+
+from __future__ import annotations
+
+import pytest
+from replay_builders import plan_of, row, tiny_instance, trace_of
+
+from neuscale_opt.errors import InputError
+from neuscale_opt.instance import parse_instance
+from neuscale_opt.replay import ReplayOptions, replay
+from neuscale_opt.replay.engine import EpochGroup
+from neuscale_opt.replay.plan import VpodType
+from neuscale_opt.replay.surge import SurgeRoom
+
+LEN = 100.0  # epoch length of the tiny instances (s)
+
+
+def _lone_prefill() -> float:
+    res = replay(plan_of([row(0, "a", 1)]), tiny_instance(), trace_of([(0.0, 2048, 4, "a")]), ReplayOptions())
+    return float(res.requests["ttft_s"].iloc[0])
+
+
+P = _lone_prefill()
+
+
+def _inst(epochs: int = 1, v6e_chips: int = 8):
+    return tiny_instance(
+        {"a": 1.0, "b": 1.0},
+        epochs=epochs,
+        v6e_chips=v6e_chips,
+        slo={"mode": "absolute", "ttft_s": 1.5 * P, "tpot_s": 1.0},
+    )
+
+
+def _run(arrivals, epochs: int = 1, v6e_chips: int = 8, n: int = 1, **opts):
+    plan = plan_of([row(e, "a", n, vpod_group="ga") for e in range(epochs)])
+    trace = trace_of([(t, 2048, 4, "a") for t in arrivals])
+    return replay(plan, _inst(epochs, v6e_chips), trace, ReplayOptions(create_delay_s=5.0, prewarm=False, **opts))
+
+
+def _surge_rows(res):
+    return res.vpods[res.vpods["surge"]]
+
+
+def test_a_late_arrival_adds_one_vpod_held_to_the_epoch_end():
+    res = _run([0.0, 0.0])
+    assert res.meta["options"]["surge"] is True  # on by default
+    assert res.totals["surge_vpods"] == 1
+    s = _surge_rows(res).iloc[0]
+    assert s["vpod_group"] == "ga" and s["held_from_s"] == 0.0 and s["held_to_s"] == LEN
+    assert res.totals["surge_chip_hours"] == pytest.approx(LEN / 3600.0)
+    assert res.totals["chip_hours"] == pytest.approx(2 * LEN / 3600.0)  # the plan's vPod and the guard's
+    # the late request itself stays where it was routed: the new vPod is ready 5 s later
+    assert res.requests["ttft_s"].iloc[1] > 1.5 * P
+    off = _run([0.0, 0.0], surge=False)
+    assert off.totals["surge_vpods"] == 0 and not off.meta["options"]["surge"]
+    assert off.totals["chip_hours"] == pytest.approx(LEN / 3600.0)
+
+
+def test_the_added_vpod_serves_the_next_pair_in_time():
+    # a second pair at 10 s: the guard's vPod (ready at 5 s) takes one of them
+    on = _run([0.0, 0.0, 10.0, 10.0])
+    off = _run([0.0, 0.0, 10.0, 10.0], surge=False)
+    assert on.requests["slo_met"].tolist() == [True, False, True, True]
+    assert off.requests["slo_met"].tolist() == [True, False, True, False]
+    assert on.requests["vpod"].iloc[2] != on.requests["vpod"].iloc[3]
+
+
+def test_no_room_in_the_fleet_no_vpod():
+    res = _run([0.0, 0.0], v6e_chips=1)  # the plan's vPod holds the only v6e chip
+    assert res.totals["surge_vpods"] == 0
+
+
+def test_one_vpod_being_created_at_a_time():
+    # three together: the third is late too, but the group already has a vPod being created
+    assert _run([0.0, 0.0, 0.0]).totals["surge_vpods"] == 1
+
+
+def test_growth_bound():
+    # late pairs again at 10 s and 20 s: the group holds 2 vPods = 2x its planned one, no third
+    arrivals = [0.0, 0.0, 10.0, 10.0, 10.0, 20.0, 20.0, 20.0]
+    assert _run(arrivals).totals["surge_vpods"] == 1
+    assert _run(arrivals, surge_growth=3.0).totals["surge_vpods"] == 2
+    assert _run(arrivals, n=2).totals["surge_vpods"] == 1  # 2 planned: three together leave one late
+    with pytest.raises(InputError, match="surge_growth"):
+        ReplayOptions(surge_growth=0.5)
+
+
+def test_no_vpod_that_would_be_ready_after_the_epoch():
+    # late at 96 s with a 5-s creation delay: the vPod would be ready after the boundary
+    assert _run([96.0, 96.0]).totals["surge_vpods"] == 0
+    assert _run([94.0, 94.0]).totals["surge_vpods"] == 1
+
+
+def test_the_next_boundary_takes_the_group_back_to_the_plan():
+    res = _run([0.0, 0.0], epochs=2)
+    s = _surge_rows(res)
+    assert len(s) == 1 and s["held_to_s"].iloc[0] == LEN  # retired (idle) at the boundary
+    assert res.totals["chip_hours"] == pytest.approx(3 * LEN / 3600.0)
+
+
+# ---- the room: chips and slices --------------------------------------------------------------
+
+
+def _pod_instance(failed: list[list[int]], placement: str = "pattern"):
+    return parse_instance(
+        {
+            "name": "pod",
+            "model": {"name": "Llama-3-8B"},
+            "fleet": [{"chip": "tpu-v6e", "pods": [{"dims": [16, 16], "failed_chips": failed}]}],
+            "workload": {
+                "classes": [{"name": "a", "input_tokens": 512, "output_tokens": 128}],
+                "demand": [{"epoch": 0, "bucket": "a", "rate_rps": 1.0}],
+            },
+            "epochs": {"length_s": 100.0, "horizon": 2},
+            "planning": {"placement": placement},
+        }
+    )
+
+
+def _vt(shape: tuple[int, int]) -> VpodType:
+    return VpodType("tpu-v6e", shape, shape[0] * shape[1], 1, 1, 8, "colocated")
+
+
+def test_room_counts_the_plan_and_the_next_epoch():
+    types = [_vt((8, 16))]
+    inst = _pod_instance([])
+    room = SurgeRoom(inst, types, [[EpochGroup("g", 0, 1, (0,))], [EpochGroup("g", 0, 1, (0,))]])
+    assert room(0, 0) is True  # the other half of the pod
+    assert room(0, 0) is False  # taken
+    assert room(1, 0) is True  # a new epoch starts from the plan again
+    # the next epoch holds two: its pre-warm takes the half the guard would have used
+    room = SurgeRoom(inst, types, [[EpochGroup("g", 0, 1, (0,))], [EpochGroup("g", 0, 2, (0,))]])
+    assert room(0, 0) is False
+
+
+def test_room_needs_a_free_slice_not_only_free_chips():
+    # the plan's 8x16 takes rows 0-7; a failed chip every 4 columns of row 8 leaves 124 free
+    # chips but no 8x8 slice
+    failed = [[8, 0], [8, 4], [8, 8], [8, 12]]
+    types = [_vt((8, 16)), _vt((8, 8))]
+    sched = [[EpochGroup("g", 0, 1, (0,))]]
+    assert SurgeRoom(_pod_instance(failed), types, sched)(0, 1) is False
+    assert SurgeRoom(_pod_instance(failed), types, sched)(0, 0) is False
+    # counted in chips only (an instance planned without placement): 124 >= 64
+    assert SurgeRoom(_pod_instance(failed, placement="none"), types, sched)(0, 1) is True
