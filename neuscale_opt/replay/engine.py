@@ -105,7 +105,9 @@ WAITING = 1e6
 
 
 class _Group:
-    __slots__ = ("key", "type_index", "tab", "inv_slots", "live", "ready", "draining", "buckets", "phase", "planned")
+    __slots__ = (
+        "key", "type_index", "tab", "inv_slots", "live", "ready", "draining", "buckets", "phase", "planned", "full_in",
+    )  # fmt: skip
 
     def __init__(self, key: str, type_index: int, tab: StepTable) -> None:
         self.key = key
@@ -118,6 +120,7 @@ class _Group:
         self.buckets: tuple[int, ...] = ()
         self.phase = PHASE_CODE[tab.vtype.phase]
         self.planned = 0  # vPods the plan gives the group in the current epoch
+        self.full_in = -1  # the epoch boundary index (engine's ``ei``) in which the fleet had no room for one more
 
 
 class _Lanes:
@@ -384,7 +387,10 @@ def run(
         target, the vPod of a group of another class whose type serves ``b`` that gives it soonest,
         if that one meets the target and has no prompt waiting."""
         v = own_vpod(b, lanes)
-        if rid < 0 or not (alt[b] or arriving) or (v is not None and not v.queue and v.state != PREFILLING):
+        if rid < 0 or (v is not None and not v.queue and v.state != PREFILLING):
+            return v
+        growing = arriving and v is not None and may_grow(v.group, t)
+        if not (alt[b] or growing):
             return v
         s = s_in[rid]
         deadline = arrival[rid] + ttft_target[b]
@@ -398,15 +404,26 @@ def run(
                 at = t + start_wait(h, t) + h.tab.pre_lat[s]
                 if at <= first_at:
                     host, first_at = h, at
-        if host is None and arriving and v is not None:
+        if host is None and growing:
             grow(v.group, t)
         return v if host is None else host
 
+    def may_grow(g: _Group, t: float) -> bool:
+        """The surge guard's conditions short of the fleet's room (see ``surge`` above): no vPod of
+        ``g`` being created, one created now ready before the epoch ends, the growth bound not
+        reached, and the fleet not found full for its type in this epoch (nothing is freed within
+        an epoch)."""
+        return (
+            len(g.live) == len(g.ready)
+            and t + create_delay_s < ei * epoch_s
+            and len(g.live) < surge_growth * g.planned
+            and g.full_in != ei
+        )
+
     def grow(g: _Group, t: float) -> None:
-        """The surge guard: one more vPod for ``g`` (see ``surge`` above)."""
-        if len(g.live) > len(g.ready) or t + create_delay_s >= ei * epoch_s or len(g.live) >= surge_growth * g.planned:
-            return  # capacity on its way, too late in the epoch, or the growth bound reached
+        """The surge guard: one more vPod for ``g`` where the fleet has room."""
         if not surge(ei - 1, g.type_index):
+            g.full_in = ei
             return
         before = set(map(_vid, g.live))
         resize(g, len(g.live) + 1, t, False)
