@@ -107,6 +107,7 @@ WAITING = 1e6
 class _Group:
     __slots__ = (
         "key", "type_index", "tab", "inv_slots", "live", "ready", "draining", "buckets", "phase", "planned", "full_in",
+        "arrived", "late",
     )  # fmt: skip
 
     def __init__(self, key: str, type_index: int, tab: StepTable) -> None:
@@ -121,6 +122,8 @@ class _Group:
         self.phase = PHASE_CODE[tab.vtype.phase]
         self.planned = 0  # vPods the plan gives the group in the current epoch
         self.full_in = -1  # the epoch boundary index (engine's ``ei``) in which the fleet had no room for one more
+        self.arrived: deque[float] = deque()  # surge guard: arrival times routed here in its window
+        self.late: deque[float] = deque()  # ... and those of them estimated late
 
 
 class _Lanes:
@@ -197,6 +200,8 @@ def run(
     lead_s: float = 0.0,
     surge: Callable[[int, int], bool] | None = None,
     surge_growth: float = 2.0,
+    surge_window_s: float = 60.0,
+    surge_tolerance: float = 0.01,
 ) -> EngineResult:
     """Replay requests (sorted by arrival) against ``schedule[e]`` for epochs ``e = 0 .. E-1``;
     ``on_epoch(1)`` (e.g. a progress bar's ``update``) is called as each epoch boundary is reached.
@@ -211,11 +216,13 @@ def run(
     and meets the target (the router coalesces at run time what the plan sized apart); None: never.
     ``surge(e, type_index)`` (the surge guard; None: off): when an arrival (not a request queued
     while its class had no vPod) would get its first token after its TTFT target on its group's
-    best vPod and no overflow host takes it, the group gets one more vPod, ready
-    ``create_delay_s`` later (a draining one of the group is taken back at once), if no vPod of
-    the group is being created, the new one is ready before the epoch ends, the group holds fewer
-    than ``surge_growth`` times its planned vPods, and ``surge`` says the fleet has room for it in
-    epoch ``e`` (and takes it); the next epoch boundary resizes every group to its plan again."""
+    best vPod and no overflow host takes it, and such late arrivals are more than
+    ``surge_tolerance`` (the SLO-attainment target's complement) of the arrivals routed to the group
+    in the last ``surge_window_s``, the group gets one more vPod, ready ``create_delay_s`` later (a
+    draining one of the group is taken back at once), if no vPod of the group is being created, the
+    new one is ready before the epoch ends, the group holds fewer than ``surge_growth`` times its
+    planned vPods, and ``surge`` says the fleet has room for it in epoch ``e`` (and takes it); the
+    next epoch boundary resizes every group to its plan again."""
     n_req = len(arrival)
     nan = math.nan
     start = [nan] * n_req
@@ -387,6 +394,8 @@ def run(
         target, the vPod of a group of another class whose type serves ``b`` that gives it soonest,
         if that one meets the target and has no prompt waiting."""
         v = own_vpod(b, lanes)
+        if arriving and v is not None:
+            seen(v.group, t)
         if rid < 0 or (v is not None and not v.queue and v.state != PREFILLING):
             return v
         growing = arriving and v is not None and may_grow(v.group, t)
@@ -405,8 +414,20 @@ def run(
                 if at <= first_at:
                     host, first_at = h, at
         if host is None and growing:
-            grow(v.group, t)
+            g = v.group
+            g.late.append(t)
+            if len(g.late) > surge_tolerance * len(g.arrived):
+                grow(g, t)
         return v if host is None else host
+
+    def seen(g: _Group, t: float) -> None:
+        """An arrival routed to ``g`` at ``t``: the guard's window moves on."""
+        g.arrived.append(t)
+        old = t - surge_window_s
+        while g.arrived[0] < old:
+            g.arrived.popleft()
+        while g.late and g.late[0] < old:
+            g.late.popleft()
 
     def may_grow(g: _Group, t: float) -> bool:
         """The surge guard's conditions short of the fleet's room (see ``surge`` above): no vPod of

@@ -102,8 +102,10 @@ class ReplayOptions:
     target on its group's vPods and no overflow host takes it, the group gets one more vPod (ready
     ``create_delay_s`` later; one at a time per group; at most ``surge_growth`` times the group's
     planned vPods, NeuScale's growth bound; only where the fleet still has a free slice,
-    :mod:`neuscale_opt.replay.surge`); the next epoch boundary takes every group back to the plan.
-    Its vPods are held, paid and counted as any other (``surge_vpods``, ``surge_chip_hours``).
+    :mod:`neuscale_opt.replay.surge`), once the late arrivals of the group's last
+    ``surge_window_s`` (default 60 s) are more than the instance's SLO-attainment target allows
+    (``1 - slo.attainment`` of its arrivals); the next epoch boundary takes every group back to the
+    plan. Its vPods are held, paid and counted as any other (``surge_vpods``, ``surge_chip_hours``).
     """
 
     create_delay_s: float = DEFAULT_CREATE_DELAY_S
@@ -116,6 +118,7 @@ class ReplayOptions:
     overflow: bool = True
     surge: bool = True
     surge_growth: float = 2.0
+    surge_window_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not (self.create_delay_s >= 0 and math.isfinite(self.create_delay_s)):
@@ -128,6 +131,8 @@ class ReplayOptions:
             raise InputError(f"routing must be one of {', '.join(ROUTINGS)}, got {self.routing!r}", where="replay")
         if not (self.surge_growth >= 1 and math.isfinite(self.surge_growth)):
             raise InputError(f"surge_growth must be a finite number >= 1, got {self.surge_growth}", where="replay")
+        if not (self.surge_window_s > 0 and math.isfinite(self.surge_window_s)):
+            raise InputError(f"surge_window_s must be a finite number > 0, got {self.surge_window_s}", where="replay")
 
 
 @dataclass(frozen=True)
@@ -387,6 +392,8 @@ def replay(
         ttft_target=_ttft_targets(coeffs, names),
         surge=SurgeRoom(instance, plan.types, schedule) if opts.surge else None,
         surge_growth=opts.surge_growth,
+        surge_window_s=opts.surge_window_s,
+        surge_tolerance=1.0 - instance.slo.attainment,
     )
     if not keep.all():
         res = _expand(res, keep)
@@ -707,6 +714,7 @@ def _account(
             "overflow": opts.overflow,
             "surge": opts.surge,
             "surge_growth": opts.surge_growth,
+            "surge_window_s": opts.surge_window_s,
         },
         "units": {
             "energy_j": "J at the facility (PUE applied)",

@@ -29,19 +29,20 @@ def _lone_prefill() -> float:
 P = _lone_prefill()
 
 
-def _inst(epochs: int = 1, v6e_chips: int = 8):
+def _inst(epochs: int = 1, v6e_chips: int = 8, attainment: float = 0.99):
     return tiny_instance(
         {"a": 1.0, "b": 1.0},
         epochs=epochs,
         v6e_chips=v6e_chips,
-        slo={"mode": "absolute", "ttft_s": 1.5 * P, "tpot_s": 1.0},
+        slo={"mode": "absolute", "ttft_s": 1.5 * P, "tpot_s": 1.0, "attainment": attainment},
     )
 
 
-def _run(arrivals, epochs: int = 1, v6e_chips: int = 8, n: int = 1, **opts):
+def _run(arrivals, epochs: int = 1, v6e_chips: int = 8, n: int = 1, attainment: float = 0.99, **opts):
     plan = plan_of([row(e, "a", n, vpod_group="ga") for e in range(epochs)])
     trace = trace_of([(t, 2048, 4, "a") for t in arrivals])
-    return replay(plan, _inst(epochs, v6e_chips), trace, ReplayOptions(create_delay_s=5.0, prewarm=False, **opts))
+    inst = _inst(epochs, v6e_chips, attainment)
+    return replay(plan, inst, trace, ReplayOptions(create_delay_s=5.0, prewarm=False, **opts))
 
 
 def _surge_rows(res):
@@ -70,6 +71,19 @@ def test_the_added_vpod_serves_the_next_pair_in_time():
     assert on.requests["slo_met"].tolist() == [True, False, True, True]
     assert off.requests["slo_met"].tolist() == [True, False, True, False]
     assert on.requests["vpod"].iloc[2] != on.requests["vpod"].iloc[3]
+
+
+def test_late_arrivals_within_the_attainment_target_are_tolerated():
+    # 150 prompts alone over the last 60 s (0.4 s apart, each prefilled in P << 0.4 s), then a pair:
+    # one late arrival in 152 is within 1 - 0.99 of the window, a second 1 s later is not
+    steady = [0.4 * i for i in range(150)]
+    assert _run([*steady, 60.0, 60.0]).totals["surge_vpods"] == 0
+    assert _run([*steady, 60.0, 60.0], attainment=0.999).totals["surge_vpods"] == 1  # 1 > 0.152
+    assert _run([*steady, 60.0, 60.0, 61.0, 61.0]).totals["surge_vpods"] == 1  # 2 > 1.54
+    # the window forgets: 150 s later the steady arrivals no longer count
+    assert _run([*steady, 210.0, 210.0], epochs=3).totals["surge_vpods"] == 1
+    with pytest.raises(InputError, match="surge_window_s"):
+        ReplayOptions(surge_window_s=0.0)
 
 
 def test_no_room_in_the_fleet_no_vpod():
