@@ -640,7 +640,7 @@ CEILING_NOTE = (
     "energy, resp. money (the full-horizon LP relaxation with nothing unserved, "
     "`relaxation_bound(serve_all=True)`; *(integer)*: where that LP left a failed criterion's target "
     "within reach, the proven bound of the full-horizon integer model, `integer_bound(serve_all=True)`, "
-    f"searched to at most {INTEGER_NODES} nodes); the model agrees with the replay within 0.5 % "
+    f"searched to at most {INTEGER_NODES} nodes); the model agrees with the replay within 3 % "
     "(`consistency_results.md`). `-`: no such schedule exists (the fleet cannot serve the demand) or "
     "the metric has no bound (operator's view). A target above the ceiling cannot be met by a plan "
     "that serves everything; only by one that serves less. *Ceiling (at the baseline's SLO)*: the most "

@@ -282,3 +282,16 @@ def test_a_baseline_rejected_for_unserved_demand_says_how_much():
     # 150 J / 900 tokens against 100 J / 1000 tokens
     assert "needs 1.67 x the energy per goodput token at 80" in words
     assert "neuscale-autoscaler (the evaluator finds it infeasible) needs 1.20 x" in words
+
+
+def test_risks_name_the_surge_guards_vpods():
+    # the replay's surge guard added capacity: the risks say how much, from the replay totals
+    from neuscale_opt.report.build import _risks
+
+    plan = {"method": "milp", "epochs": [], "totals": {"unserved_rps": 0.0}}
+    mine = {"requests": 1000, "slo_met": 990, "unserved": 0, "surge_vpods": 3, "surge_chip_hours": 17.6}
+    text = _risks(plan, mine, {}, 0.99, 300.0, {}, rolling=False)
+    assert "10 of 1,000 replayed requests" in text
+    assert "surge guard added 3 vPods (17.6 chip-hours" in text
+    mine.update(surge_vpods=0, surge_chip_hours=0.0)
+    assert "surge guard" not in _risks(plan, mine, {}, 0.99, 300.0, {}, rolling=False)
