@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import binom
 
 from neuscale_opt.replay.tables import StepTable
 from neuscale_opt.roofline import stage_time_float
@@ -202,6 +203,7 @@ def run(
     surge_growth: float = 2.0,
     surge_window_s: float = 60.0,
     surge_tolerance: float = 0.01,
+    surge_alpha: float = 0.01,
 ) -> EngineResult:
     """Replay requests (sorted by arrival) against ``schedule[e]`` for epochs ``e = 0 .. E-1``;
     ``on_epoch(1)`` (e.g. a progress bar's ``update``) is called as each epoch boundary is reached.
@@ -216,9 +218,11 @@ def run(
     and meets the target (the router coalesces at run time what the plan sized apart); None: never.
     ``surge(e, type_index)`` (the surge guard; None: off): when an arrival (not a request queued
     while its class had no vPod) would get its first token after its TTFT target on its group's
-    best vPod and no overflow host takes it, and such late arrivals are more than
-    ``surge_tolerance`` (the SLO-attainment target's complement) of the arrivals routed to the group
-    in the last ``surge_window_s``, the group gets one more vPod, ready ``create_delay_s`` later (a
+    best vPod and no overflow host takes it, and such late arrivals among the ``n`` routed to the
+    group in the last ``surge_window_s`` are more than a share ``surge_tolerance`` (the
+    SLO-attainment target's complement) of late arrivals explains (more than the ``1 -
+    surge_alpha`` quantile of a binomial count of ``n`` draws at that share), the group gets one
+    more vPod, ready ``create_delay_s`` later (a
     draining one of the group is taken back at once), if no vPod of the group is being created, the
     new one is ready before the epoch ends, the group holds fewer than ``surge_growth`` times its
     planned vPods, and ``surge`` says the fleet has room for it in epoch ``e`` (and takes it); the
@@ -240,6 +244,7 @@ def run(
     droute = _Lanes(n_buckets)  # decode groups
     split = routing == "plan"
     guard = surge is not None
+    allowed: dict[int, int] = {}  # surge guard: late arrivals among n that the target explains
     ei = 0  # the next epoch boundary's index (the epoch running is ei - 1)
     alt: list[list[_Group]] = [[] for _ in range(n_buckets)]  # overflow hosts of each class this epoch
     if ttft_target is None:
@@ -416,7 +421,11 @@ def run(
         if host is None and growing:
             g = v.group
             g.late.append(t)
-            if len(g.late) > surge_tolerance * len(g.arrived):
+            n = len(g.arrived)
+            k = allowed.get(n)
+            if k is None:
+                k = allowed[n] = int(binom.isf(surge_alpha, n, surge_tolerance))
+            if len(g.late) > k:
                 grow(g, t)
         return v if host is None else host
 

@@ -103,9 +103,11 @@ class ReplayOptions:
     ``create_delay_s`` later; one at a time per group; at most ``surge_growth`` times the group's
     planned vPods, NeuScale's growth bound; only where the fleet still has a free slice,
     :mod:`neuscale_opt.replay.surge`), once the late arrivals of the group's last
-    ``surge_window_s`` (default 60 s) are more than the instance's SLO-attainment target allows
-    (``1 - slo.attainment`` of its arrivals); the next epoch boundary takes every group back to the
-    plan. Its vPods are held, paid and counted as any other (``surge_vpods``, ``surge_chip_hours``).
+    ``surge_window_s`` (default 60 s) are more than the instance's SLO-attainment target explains
+    (late at a rate ``1 - slo.attainment``, a one-sided binomial test at level ``surge_alpha``,
+    default 0.01: one late among ten arrivals is chance, two are not); the next epoch boundary takes
+    every group back to the plan. Its vPods are held, paid and counted as any other (``surge_vpods``,
+    ``surge_chip_hours``).
     """
 
     create_delay_s: float = DEFAULT_CREATE_DELAY_S
@@ -119,6 +121,7 @@ class ReplayOptions:
     surge: bool = True
     surge_growth: float = 2.0
     surge_window_s: float = 60.0
+    surge_alpha: float = 0.01
 
     def __post_init__(self) -> None:
         if not (self.create_delay_s >= 0 and math.isfinite(self.create_delay_s)):
@@ -133,6 +136,8 @@ class ReplayOptions:
             raise InputError(f"surge_growth must be a finite number >= 1, got {self.surge_growth}", where="replay")
         if not (self.surge_window_s > 0 and math.isfinite(self.surge_window_s)):
             raise InputError(f"surge_window_s must be a finite number > 0, got {self.surge_window_s}", where="replay")
+        if not (0 < self.surge_alpha < 1):
+            raise InputError(f"surge_alpha must be in (0, 1), got {self.surge_alpha}", where="replay")
 
 
 @dataclass(frozen=True)
@@ -394,6 +399,7 @@ def replay(
         surge_growth=opts.surge_growth,
         surge_window_s=opts.surge_window_s,
         surge_tolerance=1.0 - instance.slo.attainment,
+        surge_alpha=opts.surge_alpha,
     )
     if not keep.all():
         res = _expand(res, keep)
@@ -715,6 +721,7 @@ def _account(
             "surge": opts.surge,
             "surge_growth": opts.surge_growth,
             "surge_window_s": opts.surge_window_s,
+            "surge_alpha": opts.surge_alpha,
         },
         "units": {
             "energy_j": "J at the facility (PUE applied)",

@@ -1,12 +1,15 @@
 """The surge guard (``ReplayOptions.surge``): a run-time scale-up under the plan.
 
-Hand cases on one v6e chip per vPod: the second of two prompts arriving together waits for the
-first's prefill, so with a TTFT target of 1.5 lone prefills it would be late, which is the guard's
+Hand cases on one v6e chip per vPod: of three prompts arriving together the second waits for the
+first's prefill and the third for both, so with a TTFT target of 1.5 lone prefills both would be
+late: two late arrivals of three, more than a 1 % late rate explains, which is the guard's
 trigger. The room the fleet leaves (``replay.surge.SurgeRoom``) is checked on a pod whose failed
 chips leave enough chips but no free aligned slice.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 from replay_builders import plan_of, row, tiny_instance, trace_of
@@ -49,71 +52,125 @@ def _surge_rows(res):
     return res.vpods[res.vpods["surge"]]
 
 
-def test_a_late_arrival_adds_one_vpod_held_to_the_epoch_end():
-    res = _run([0.0, 0.0])
+#: three prompts together: the second waits for the first's prefill, the third for both (late);
+#: two late arrivals of three are more than a 1 % late rate explains (P(L >= 2) = 3e-4 < 0.01)
+TRIPLE = (0.0, 0.0, 0.0)
+
+
+def at(t: float) -> list[float]:
+    return [t + x for x in TRIPLE]
+
+
+def allowed(n: int, tol: float, alpha: float = 0.01) -> int:
+    """The most late arrivals among ``n`` that a late rate ``tol`` explains at level ``alpha``:
+    the smallest ``k`` with P(Binomial(n, tol) > k) <= alpha (summed by hand)."""
+    tail = 1.0
+    for k in range(n + 1):
+        tail -= math.comb(n, k) * tol**k * (1 - tol) ** (n - k)
+        if tail <= alpha:
+            return k
+    return n
+
+
+def test_allowed_counts():
+    assert allowed(2, 0.01) == 1 and allowed(3, 0.01) == 1
+    assert allowed(10, 0.01) == 1  # one late in ten is chance, two are not
+
+
+def test_late_arrivals_add_one_vpod_held_to_the_epoch_end():
+    res = _run(at(0.0))
     assert res.meta["options"]["surge"] is True  # on by default
     assert res.totals["surge_vpods"] == 1
     s = _surge_rows(res).iloc[0]
     assert s["vpod_group"] == "ga" and s["held_from_s"] == 0.0 and s["held_to_s"] == LEN
     assert res.totals["surge_chip_hours"] == pytest.approx(LEN / 3600.0)
     assert res.totals["chip_hours"] == pytest.approx(2 * LEN / 3600.0)  # the plan's vPod and the guard's
-    # the late request itself stays where it was routed: the new vPod is ready 5 s later
-    assert res.requests["ttft_s"].iloc[1] > 1.5 * P
-    off = _run([0.0, 0.0], surge=False)
+    # the late requests stay where they were routed: the new vPod is ready 5 s later
+    assert res.requests["slo_met"].tolist() == [True, False, False]
+    off = _run(at(0.0), surge=False)
     assert off.totals["surge_vpods"] == 0 and not off.meta["options"]["surge"]
     assert off.totals["chip_hours"] == pytest.approx(LEN / 3600.0)
+    # one late arrival of two is what a 1 % late rate may give: no vPod
+    assert _run([0.0, 0.0]).totals["surge_vpods"] == 0
 
 
 def test_the_added_vpod_serves_the_next_pair_in_time():
-    # a second pair at 10 s: the guard's vPod (ready at 5 s) takes one of them
-    on = _run([0.0, 0.0, 10.0, 10.0])
-    off = _run([0.0, 0.0, 10.0, 10.0], surge=False)
-    assert on.requests["slo_met"].tolist() == [True, False, True, True]
-    assert off.requests["slo_met"].tolist() == [True, False, True, False]
-    assert on.requests["vpod"].iloc[2] != on.requests["vpod"].iloc[3]
+    # a pair at 10 s: the guard's vPod (ready at 5 s) takes one of them
+    on = _run([*at(0.0), 10.0, 10.0])
+    off = _run([*at(0.0), 10.0, 10.0], surge=False)
+    assert on.requests["slo_met"].tolist() == [True, False, False, True, True]
+    assert off.requests["slo_met"].tolist() == [True, False, False, True, False]
+    assert on.requests["vpod"].iloc[3] != on.requests["vpod"].iloc[4]
+
+
+def _first_surge(steady: list[float], starts: list[float], tol: float) -> float:
+    """When the rule grows the group: triples at ``starts`` after ``steady`` prompts that are never
+    late (two late arrivals per triple), counted over the 60 s before each arrival."""
+    arrived: list[float] = []
+    late: list[float] = []
+    for t0 in starts:
+        for j in range(3):
+            arrived.append(t0)
+            if j:
+                late.append(t0)
+            n = sum(1 for x in [*steady, *arrived] if x >= t0 - 60.0)
+            if sum(1 for x in late if x >= t0 - 60.0) > allowed(n, tol):
+                return t0
+    return math.inf
 
 
 def test_late_arrivals_within_the_attainment_target_are_tolerated():
-    # 150 prompts alone over the last 60 s (0.4 s apart, each prefilled in P << 0.4 s), then a pair:
-    # one late arrival in 152 is within 1 - 0.99 of the window, a second 1 s later is not
+    # 150 prompts alone over the first 60 s (0.4 s apart, each served in under 0.1 s), then a
+    # triple every second: the group grows at the triple whose late arrivals first exceed what a
+    # late rate of 1 - attainment explains among the window's arrivals
     steady = [0.4 * i for i in range(150)]
-    assert _run([*steady, 60.0, 60.0]).totals["surge_vpods"] == 0
-    assert _run([*steady, 60.0, 60.0], attainment=0.999).totals["surge_vpods"] == 1  # 1 > 0.152
-    assert _run([*steady, 60.0, 60.0, 61.0, 61.0]).totals["surge_vpods"] == 1  # 2 > 1.54
+    starts = [60.0 + j for j in range(8)]
+    trace = [*steady, *(t for s in starts for t in at(s))]
+    first = {a: _first_surge(steady, starts, 1.0 - a) for a in (0.99, 0.999)}
+    assert 60.0 < first[0.999] < first[0.99] < 67.0  # a stricter target tolerates fewer
+    for attainment, expected in first.items():
+        res = _run(trace, attainment=attainment)
+        assert res.totals["surge_vpods"] == 1
+        assert _surge_rows(res)["held_from_s"].iloc[0] == expected
+    # one triple after them: within what the target explains at 0.99
+    assert _run([*steady, *at(60.0)]).totals["surge_vpods"] == 0
     # the window forgets: 150 s later the steady arrivals no longer count
-    assert _run([*steady, 210.0, 210.0], epochs=3).totals["surge_vpods"] == 1
+    assert _run([*steady, *at(210.0)], epochs=3).totals["surge_vpods"] == 1
     with pytest.raises(InputError, match="surge_window_s"):
         ReplayOptions(surge_window_s=0.0)
+    with pytest.raises(InputError, match="surge_alpha"):
+        ReplayOptions(surge_alpha=1.0)
 
 
 def test_no_room_in_the_fleet_no_vpod():
-    res = _run([0.0, 0.0], v6e_chips=1)  # the plan's vPod holds the only v6e chip
+    res = _run(at(0.0), v6e_chips=1)  # the plan's vPod holds the only v6e chip
     assert res.totals["surge_vpods"] == 0
 
 
 def test_one_vpod_being_created_at_a_time():
-    # three together: the third is late too, but the group already has a vPod being created
-    assert _run([0.0, 0.0, 0.0]).totals["surge_vpods"] == 1
+    # five together: the fourth and fifth are late too, but the group has a vPod being created
+    assert _run([0.0] * 5).totals["surge_vpods"] == 1
 
 
 def test_growth_bound():
-    # late pairs again at 10 s and 20 s: the group holds 2 vPods = 2x its planned one, no third
-    arrivals = [0.0, 0.0, 10.0, 10.0, 10.0, 20.0, 20.0, 20.0]
+    # late arrivals again at 10 s and 20 s: the group holds 2 vPods = 2x its planned one, no third
+    arrivals = [*at(0.0), *[10.0] * 4, *[20.0] * 5]
     assert _run(arrivals).totals["surge_vpods"] == 1
     assert _run(arrivals, surge_growth=3.0).totals["surge_vpods"] == 2
-    assert _run(arrivals, n=2).totals["surge_vpods"] == 1  # 2 planned: three together leave one late
+    # 2 planned (up to 4): none late enough at 0 s, one added at 10 s and one at 20 s
+    assert _run(arrivals, n=2).totals["surge_vpods"] == 2
     with pytest.raises(InputError, match="surge_growth"):
         ReplayOptions(surge_growth=0.5)
 
 
 def test_no_vpod_that_would_be_ready_after_the_epoch():
     # late at 96 s with a 5-s creation delay: the vPod would be ready after the boundary
-    assert _run([96.0, 96.0]).totals["surge_vpods"] == 0
-    assert _run([94.0, 94.0]).totals["surge_vpods"] == 1
+    assert _run(at(96.0)).totals["surge_vpods"] == 0
+    assert _run(at(94.0)).totals["surge_vpods"] == 1
 
 
 def test_the_next_boundary_takes_the_group_back_to_the_plan():
-    res = _run([0.0, 0.0], epochs=2)
+    res = _run(at(0.0), epochs=2)
     s = _surge_rows(res)
     assert len(s) == 1 and s["held_to_s"].iloc[0] == LEN  # retired (idle) at the boundary
     assert res.totals["chip_hours"] == pytest.approx(3 * LEN / 3600.0)
