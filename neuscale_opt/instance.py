@@ -12,7 +12,7 @@ import math
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
@@ -392,6 +392,18 @@ class InventoryEvent(_Frozen):
     chip: str
     delta_chips: int
     note: str = ""
+
+
+def inventory_schedule(base: dict[str, float], events: Any, epochs: list[int]) -> dict[tuple[str, int], float]:
+    """H_{c,t}: healthy chips of generation c in epoch t = base_c + sum of the events of c at
+    epochs <= t (``events``: objects with ``epoch``, ``chip``, ``delta_chips``, as
+    :class:`InventoryEvent`)."""
+    out: dict[tuple[str, int], float] = {}
+    for c, h in base.items():
+        for t in epochs:
+            delta = sum(float(ev.delta_chips) for ev in events if ev.chip == c and ev.epoch <= t)
+            out[(c, t)] = h + delta if not math.isinf(h) else math.inf
+    return out
 
 
 class Instance(_Frozen):

@@ -14,6 +14,7 @@ from typing import Any
 
 from neuscale_opt.errors import InputError
 from neuscale_opt.forecast_names import FORECAST_METHODS
+from neuscale_opt.instance import inventory_schedule  # noqa: F401 (the horizon's H_{c,t}; re-exported)
 from neuscale_opt.traces.demand import prewarm_lead_s
 
 #: Tolerance of the linearised floor in the scale-down limit (see ``shrink_limit``).
@@ -139,14 +140,3 @@ class HorizonParams:
             values = {k: getattr(h, k) for k in cls.__dataclass_fields__ if hasattr(h, k)}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
-
-
-def inventory_schedule(base: dict[str, float], events: Any, epochs: list[int]) -> dict[tuple[str, int], float]:
-    """H_{c,t}: healthy chips of generation c in epoch t = base_c + sum of the events of c at
-    epochs <= t (``events``: objects with ``epoch``, ``chip``, ``delta_chips``)."""
-    out: dict[tuple[str, int], float] = {}
-    for c, h in base.items():
-        for t in epochs:
-            delta = sum(float(ev.delta_chips) for ev in events if ev.chip == c and ev.epoch <= t)
-            out[(c, t)] = h + delta if not math.isinf(h) else math.inf
-    return out

@@ -222,11 +222,12 @@ def run(
     group in the last ``surge_window_s`` are more than a share ``surge_tolerance`` (the
     SLO-attainment target's complement) of late arrivals explains (more than the ``1 -
     surge_alpha`` quantile of a binomial count of ``n`` draws at that share), the group gets one
-    more vPod, ready ``create_delay_s`` later (a
-    draining one of the group is taken back at once), if no vPod of the group is being created, the
-    new one is ready before the epoch ends, the group holds fewer than ``surge_growth`` times its
-    planned vPods, and ``surge`` says the fleet has room for it in epoch ``e`` (and takes it); the
-    next epoch boundary resizes every group to its plan again."""
+    more vPod, ready ``create_delay_s`` later (a draining one of the group is taken back at once),
+    if no vPod of the group is being created, the new one is ready before the epoch ends, the group
+    holds fewer than ``surge_growth`` times its planned vPods, and ``surge`` says the fleet has room
+    for it in epoch ``e`` (and takes it); the next epoch boundary resizes every group to its plan
+    again. Late arrivals are counted only while the group may grow (none while a vPod of it is
+    being created), and the window runs across epoch boundaries."""
     n_req = len(arrival)
     nan = math.nan
     start = [nan] * n_req

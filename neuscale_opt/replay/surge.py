@@ -9,7 +9,10 @@ greedy first-fit rule (``topology.greedy``) and every added vPod must find a fre
 the same placer; a generation given as a chip count, a switched GPU node, or an instance planned
 without placement counts chips only. A generation whose planned vPods first-fit cannot place (the
 plan's own placement was found by a model the greedy rule does not reproduce) gets no room: the
-guard never takes a chip the plan might hold.
+guard never takes a chip the plan might hold. Every generation's chips, placed or counted, are also
+capped by its inventory in epochs ``e`` and ``e + 1`` (the fleet's healthy chips plus the
+instance's ``[[inventory_events]]`` so far, ``instance.inventory_schedule``), so the guard
+takes no chip an event has failed.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from neuscale_opt.catalog import get_chip
-from neuscale_opt.instance import Instance
+from neuscale_opt.instance import Instance, inventory_schedule
 from neuscale_opt.replay.engine import EpochGroup
 from neuscale_opt.replay.plan import VpodType
 from neuscale_opt.topology.greedy import FirstFitPlacer, first_fit
@@ -34,12 +37,12 @@ class SurgeRoom:
         self._schedule = schedule
         self._placed = instance.planning.placement != "none"
         self._groups = pod_states(instance) if self._placed else []
-        placeable = {g.state.chip for g in self._groups}
-        #: generations counted in chips: healthy chips of each
-        self._count = {f.chip: f.healthy_chips for f in instance.fleet if f.chip not in placeable}
+        self._placeable = {g.state.chip for g in self._groups}
+        self._healthy = {c: float(n) for c, n in instance.healthy_chips().items()}
+        self._events = tuple(instance.inventory_events)
         self._epoch = -1
         self._placer: FirstFitPlacer | None = None
-        self._free: dict[str, int] = {}
+        self._free: dict[str, float] = {}  # chips of each generation neither held nor taken
         self._blocked: set[str] = set()
 
     def _held(self, e: int) -> dict[int, int]:
@@ -56,14 +59,14 @@ class SurgeRoom:
 
     def _start(self, e: int) -> None:
         self._epoch = e
-        self._free = dict(self._count)
+        inv = inventory_schedule(self._healthy, self._events, [e, e + 1])
+        self._free = {c: min(inv[(c, e)], inv[(c, e + 1)]) for c in self._healthy}
         self._blocked = set()
         counts: dict[tuple[str, str], int] = {}
         for ti, n in self._held(e).items():
             vt = self._types[ti]
-            if vt.chip in self._free:
-                self._free[vt.chip] -= n * vt.chips
-            else:
+            self._free[vt.chip] = self._free.get(vt.chip, 0.0) - n * vt.chips
+            if vt.chip in self._placeable:
                 key = (vt.chip, shape_str(vt.shape))
                 counts[key] = counts.get(key, 0) + n
         self._placer = FirstFitPlacer.from_groups(self._groups) if self._groups else None
@@ -75,11 +78,12 @@ class SurgeRoom:
         if e != self._epoch:
             self._start(e)
         vt = self._types[type_index]
-        if vt.chip in self._free:
-            if self._free[vt.chip] >= vt.chips:
-                self._free[vt.chip] -= vt.chips
-                return True
+        if self._free.get(vt.chip, 0.0) < vt.chips:
             return False
-        if vt.chip in self._blocked or self._placer is None or get_chip(vt.chip).topology not in PLACEABLE:
-            return False
-        return self._placer.place(vt.chip, vt.shape) is not None
+        if vt.chip in self._placeable:
+            if vt.chip in self._blocked or self._placer is None or get_chip(vt.chip).topology not in PLACEABLE:
+                return False
+            if self._placer.place(vt.chip, vt.shape) is None:
+                return False
+        self._free[vt.chip] -= vt.chips
+        return True

@@ -15,7 +15,7 @@ import pytest
 from replay_builders import plan_of, row, tiny_instance, trace_of
 
 from neuscale_opt.errors import InputError
-from neuscale_opt.instance import parse_instance
+from neuscale_opt.instance import InventoryEvent, parse_instance
 from neuscale_opt.replay import ReplayOptions, replay
 from neuscale_opt.replay.engine import EpochGroup
 from neuscale_opt.replay.plan import VpodType
@@ -221,3 +221,26 @@ def test_room_needs_a_free_slice_not_only_free_chips():
     assert SurgeRoom(_pod_instance(failed), types, sched)(0, 0) is False
     # counted in chips only (an instance planned without placement): 124 >= 64
     assert SurgeRoom(_pod_instance(failed, placement="none"), types, sched)(0, 1) is True
+
+
+def test_room_respects_inventory_events():
+    # 8 v6e chips, the plan holds one: room for the guard, unless an event has failed the rest in
+    # this epoch or fails them in the next (its pre-warm could need them)
+    types = [VpodType("tpu-v6e", (1, 1), 1, 1, 1, 2, "colocated")]
+    sched = [[EpochGroup("g", 0, 1, (0,))]] * 3
+    base = _inst(epochs=3, v6e_chips=8)
+    assert SurgeRoom(base, types, sched)(0, 0) is True
+    failing = base.model_copy(update={"inventory_events": (InventoryEvent(epoch=1, chip="tpu-v6e", delta_chips=-7),)})
+    room = SurgeRoom(failing, types, sched)
+    assert room(0, 0) is False  # epoch 1 has 1 chip: none to spare in epoch 0's last seconds either
+    assert room(1, 0) is False
+    assert SurgeRoom(failing, types, sched)(2, 0) is False
+    back = base.model_copy(
+        update={
+            "inventory_events": (
+                InventoryEvent(epoch=1, chip="tpu-v6e", delta_chips=-7),
+                InventoryEvent(epoch=2, chip="tpu-v6e", delta_chips=7),
+            )
+        }
+    )
+    assert SurgeRoom(back, types, [[EpochGroup("g", 0, 1, (0,))]] * 4)(2, 0) is True
