@@ -119,14 +119,14 @@ def evaluate_schedule(
     chips = coeffs.chips.copy()
     chips["healthy_chips"] = [_flat_inventory(solution, coeffs, str(c), inv) for c in chips["chip"]]
     flat = replace(coeffs, demand=dem, chips=chips)
+    t_s = float(coeffs.epoch_s)
     # the per-epoch evaluation charges the pre-warm hold of the vPods each epoch adds, at this
     # schedule's lead (formulations/allocation.md, "Pre-warm hold")
-    ev = evaluate(solution, flat, lead_s=params.lead_s(float(coeffs.epoch_s)))
+    ev = evaluate(solution, flat, lead_s=params.lead_s(t_s))
     violations = list(ev.violations)
 
     opts = solution.options
     groups = group_table(solution.allocations, coeffs, opts)
-    t_s = float(coeffs.epoch_s)
 
     # -- inventory over time -------------------------------------------------------------------
     used = (

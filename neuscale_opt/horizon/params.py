@@ -14,7 +14,7 @@ from typing import Any
 
 from neuscale_opt.errors import InputError
 from neuscale_opt.forecast_names import FORECAST_METHODS
-from neuscale_opt.instance import inventory_schedule  # noqa: F401 (the horizon's H_{c,t}; re-exported)
+from neuscale_opt.instance import inventory_schedule  # noqa: F401 (public as neuscale_opt.horizon.inventory_schedule)
 from neuscale_opt.traces.demand import prewarm_lead_s
 
 #: Tolerance of the linearised floor in the scale-down limit (see ``shrink_limit``).

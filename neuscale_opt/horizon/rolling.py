@@ -39,9 +39,10 @@ from neuscale_opt.errors import TimeLimitError
 from neuscale_opt.horizon.context import State, WindowContext, build_window, horizon_options, serving_capacity
 from neuscale_opt.horizon.evaluate import evaluate_schedule
 from neuscale_opt.horizon.model import add_held_if_used, build_model
-from neuscale_opt.horizon.params import HorizonParams, inventory_schedule
+from neuscale_opt.horizon.params import HorizonParams
 from neuscale_opt.horizon.persistent import CompiledWindows
 from neuscale_opt.horizon.placement import epoch_placement_rows, window_placements
+from neuscale_opt.instance import inventory_schedule
 from neuscale_opt.traces.forecast import forecast
 
 ROW_FIELDS = ("bucket", "phase", "chip", "shape", "chips_per_vpod", "tp", "pp", "ep", "batch", "vpod_type", "config_id")

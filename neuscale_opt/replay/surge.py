@@ -19,12 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from neuscale_opt.catalog import get_chip
 from neuscale_opt.instance import Instance, inventory_schedule
 from neuscale_opt.replay.engine import EpochGroup
 from neuscale_opt.replay.plan import VpodType
 from neuscale_opt.topology.greedy import FirstFitPlacer, first_fit
-from neuscale_opt.topology.pods import PLACEABLE, pod_states
+from neuscale_opt.topology.pods import pod_states
 from neuscale_opt.topology.slices import shape_str
 
 
@@ -35,13 +34,12 @@ class SurgeRoom:
     def __init__(self, instance: Instance, types: Sequence[VpodType], schedule: Sequence[Sequence[EpochGroup]]):
         self._types = tuple(types)
         self._schedule = schedule
-        self._placed = instance.planning.placement != "none"
-        self._groups = pod_states(instance) if self._placed else []
+        self._groups = pod_states(instance) if instance.planning.placement != "none" else []
         self._placeable = {g.state.chip for g in self._groups}
         self._healthy = {c: float(n) for c, n in instance.healthy_chips().items()}
         self._events = tuple(instance.inventory_events)
         self._epoch = -1
-        self._placer: FirstFitPlacer | None = None
+        self._placer = FirstFitPlacer({})
         self._free: dict[str, float] = {}  # chips of each generation neither held nor taken
         self._blocked: set[str] = set()
 
@@ -69,8 +67,8 @@ class SurgeRoom:
             if vt.chip in self._placeable:
                 key = (vt.chip, shape_str(vt.shape))
                 counts[key] = counts.get(key, 0) + n
-        self._placer = FirstFitPlacer.from_groups(self._groups) if self._groups else None
-        if self._placer is not None and counts:
+        self._placer = FirstFitPlacer.from_groups(self._groups)  # empty without placeable generations
+        if counts:
             _, left = first_fit(self._placer, counts)
             self._blocked = {chip for chip, _ in left}
 
@@ -80,10 +78,7 @@ class SurgeRoom:
         vt = self._types[type_index]
         if self._free.get(vt.chip, 0.0) < vt.chips:
             return False
-        if vt.chip in self._placeable:
-            if vt.chip in self._blocked or self._placer is None or get_chip(vt.chip).topology not in PLACEABLE:
-                return False
-            if self._placer.place(vt.chip, vt.shape) is None:
-                return False
+        if vt.chip in self._placeable and (vt.chip in self._blocked or self._placer.place(vt.chip, vt.shape) is None):
+            return False
         self._free[vt.chip] -= vt.chips
         return True
