@@ -65,7 +65,7 @@ class _Vpod:
     __slots__ = (
         "vid", "group", "tab", "slots", "ready", "retired", "queue", "load", "n_act", "fin", "D", "base",
         "state", "t0", "tau", "k", "pm0", "ver", "rid", "cut", "held_from", "held_to", "busy_s", "work_s", "energy_j",
-        "phase", "inflight", "kv_j", "fixed_j", "surge",
+        "phase", "inflight", "kv_j", "fixed_j", "surge", "surge_to",
     )  # fmt: skip
 
     def __init__(self, vid: int, group: _Group, t: float) -> None:
@@ -99,6 +99,7 @@ class _Vpod:
         self.kv_j = 0.0  # J of DCN energy of KV hand-offs (already in energy_j)
         self.fixed_j = 0.0  # J of weight streaming of the batched steps (E2; already in energy_j)
         self.surge = False  # made (or taken back from draining) by the surge guard
+        self.surge_to = math.nan  # the boundary from which it serves as one of the plan's vPods
 
 
 #: routing key of a vPod: prompts waiting x WAITING + sequences per slot (at most 1)
@@ -108,7 +109,7 @@ WAITING = 1e6
 class _Group:
     __slots__ = (
         "key", "type_index", "tab", "inv_slots", "live", "ready", "draining", "buckets", "phase", "planned", "full_in",
-        "arrived", "late",
+        "arrived", "late", "rate", "granted", "mine",
     )  # fmt: skip
 
     def __init__(self, key: str, type_index: int, tab: StepTable) -> None:
@@ -125,6 +126,9 @@ class _Group:
         self.full_in = -1  # the epoch boundary index (engine's ``ei``) in which the fleet had no room for one more
         self.arrived: deque[float] = deque()  # surge guard: arrival times routed here in its window
         self.late: deque[float] = deque()  # ... and those of them estimated late
+        self.rate = math.inf  # req/s the plan routes to the group this epoch (inf: a rate not given)
+        self.granted = 0  # surge vPods the fleet gave the group room for in this epoch
+        self.mine: list[_Vpod] = []  # surge vPods made in that room (live or draining or released)
 
 
 class _Lanes:
@@ -181,6 +185,7 @@ class EngineResult:
     energy_kv_j: np.ndarray  # per vPod: DCN energy of KV hand-offs (part of energy_dyn_j)
     energy_busy_j: np.ndarray  # per vPod: weight streaming of the batched steps (E2, part of energy_dyn_j)
     vpod_surge: np.ndarray  # per vPod: made by the surge guard
+    vpod_surge_s: np.ndarray  # per vPod: s held beyond the plan (until a boundary keeps it, or its release)
 
 
 def run(
@@ -199,11 +204,15 @@ def run(
     overflow: list[frozenset[int]] | None = None,
     ttft_target: list[float] | None = None,
     lead_s: float = 0.0,
+    tpot_target: list[float] | None = None,
+    e2e_target: list[float] | None = None,
     surge: Callable[[int, int], bool] | None = None,
     surge_growth: float = 2.0,
     surge_window_s: float = 60.0,
     surge_tolerance: float = 0.01,
     surge_alpha: float = 0.01,
+    surge_retire: bool = True,
+    surge_to_rate: bool = True,
 ) -> EngineResult:
     """Replay requests (sorted by arrival) against ``schedule[e]`` for epochs ``e = 0 .. E-1``;
     ``on_epoch(1)`` (e.g. a progress bar's ``update``) is called as each epoch boundary is reached.
@@ -216,18 +225,27 @@ def run(
     TTFT target (``start_wait`` plus its prefill) joins instead the vPod of another class's colocated
     group, of a type that serves its class, that gives it soonest, if that one has no prompt waiting
     and meets the target (the router coalesces at run time what the plan sized apart); None: never.
-    ``surge(e, type_index)`` (the surge guard; None: off): when an arrival (not a request queued
-    while its class had no vPod) would get its first token after its TTFT target on its group's
-    best vPod and no overflow host takes it, and such late arrivals among the ``n`` routed to the
-    group in the last ``surge_window_s`` are more than a share ``surge_tolerance`` (the
-    SLO-attainment target's complement) of late arrivals explains (more than the ``1 -
-    surge_alpha`` quantile of a binomial count of ``n`` draws at that share), the group gets one
-    more vPod, ready ``create_delay_s`` later (a draining one of the group is taken back at once),
-    if no vPod of the group is being created, the new one is ready before the epoch ends, the group
-    holds fewer than ``surge_growth`` times its planned vPods, and ``surge`` says the fleet has room
-    for it in epoch ``e`` (and takes it); the next epoch boundary resizes every group to its plan
-    again. Late arrivals are counted only while the group may grow (none while a vPod of it is
-    being created), and the window runs across epoch boundaries."""
+    ``surge(e, type_index)`` (the surge guard; None: off): a request of a group is *late* when on
+    arrival (not queued while its class had no vPod) it would get its first token after its TTFT
+    target on the group's best vPod and no overflow host takes it, or when it finishes on a
+    colocated vPod past its ``tpot_target`` (per output token) or ``e2e_target`` (per class, s)
+    that it would have met alone there (rounds of batch 1 at its mean context), its arrival not
+    counted already; when the late requests of the group's last ``surge_window_s`` are more than a
+    share ``surge_tolerance`` (the SLO-attainment target's complement) of its ``n`` arrivals
+    there explains (more than the ``1 - surge_alpha`` quantile of a binomial count of ``n`` draws
+    at that share), the group gets the vPods its window's arrival rate asks for at the plan's rate
+    per vPod (``surge_to_rate``; at least one, one where the plan gives no rate or without it),
+    ready ``create_delay_s`` later (a guard vPod of the group still draining is taken back first),
+    if no vPod of the group is being created, they are ready before the epoch ends, the group holds
+    at most ``ceil(surge_growth x`` its planned vPods``)``, and ``surge`` says the fleet has room
+    for each in epoch ``e`` (and takes it: room given to a group stays its own until the epoch
+    ends); the next epoch boundary resizes every group to its plan again. Late requests are counted
+    only while the group may grow (none while a vPod of it is being created), and the window runs
+    across epoch boundaries. ``surge_retire``: before an arrival of one of its classes is routed, a
+    group holding more vPods than planned retires (drains) its least-loaded guard vPod ready for
+    ``surge_window_s`` once the surge is over: no late request and no prompt waiting in the group,
+    and at most the plan's rate for the group (the sum of its classes' planned rates; never where
+    the plan gives none) arrived in the last ``surge_window_s``."""
     n_req = len(arrival)
     nan = math.nan
     start = [nan] * n_req
@@ -245,6 +263,12 @@ def run(
     droute = _Lanes(n_buckets)  # decode groups
     split = routing == "plan"
     guard = surge is not None
+    watch = guard and (tpot_target is not None or e2e_target is not None)
+    flagged = bytearray(n_req)  # surge guard: counted late already
+    if tpot_target is None:
+        tpot_target = [math.inf] * n_buckets
+    if e2e_target is None:
+        e2e_target = [math.inf] * n_buckets
     allowed: dict[int, int] = {}  # surge guard: late arrivals among n that the target explains
     ei = 0  # the next epoch boundary's index (the epoch running is ei - 1)
     alt: list[list[_Group]] = [[] for _ in range(n_buckets)]  # overflow hosts of each class this epoch
@@ -399,6 +423,10 @@ def run(
         ``overflow``, when that one (or none ready) would give its first token after its TTFT
         target, the vPod of a group of another class whose type serves ``b`` that gives it soonest,
         if that one meets the target and has no prompt waiting."""
+        if arriving and surge_retire:
+            for g in lanes.groups[b]:
+                if len(g.live) > g.planned:
+                    settle(g, t)
         v = own_vpod(b, lanes)
         if arriving and v is not None:
             seen(v.group, t)
@@ -420,24 +448,86 @@ def run(
                 if at <= first_at:
                     host, first_at = h, at
         if host is None and growing:
-            g = v.group
-            g.late.append(t)
-            n = len(g.arrived)
-            k = allowed.get(n)
-            if k is None:
-                k = allowed[n] = int(binom.isf(surge_alpha, n, surge_tolerance))
-            if len(g.late) > k:
-                grow(g, t)
+            flagged[rid] = 1
+            late(v.group, t)
         return v if host is None else host
+
+    def late(g: _Group, t: float) -> None:
+        """A late arrival (or a request finished past its TPOT or end-to-end target) of ``g`` at
+        ``t``, while ``g`` may grow: the guard's test, and its growth."""
+        g.late.append(t)
+        n = len(g.arrived)
+        k = allowed.get(n)
+        if k is None:
+            k = allowed[n] = int(binom.isf(surge_alpha, n, surge_tolerance))
+        if len(g.late) > k:
+            add = 1
+            if surge_to_rate and 0.0 < g.rate < math.inf:
+                add = ceil(g.planned * n / (g.rate * surge_window_s)) - len(g.live)
+            add = max(1, min(add, ceil(surge_growth * g.planned - 1e-9) - len(g.live)))
+            for _ in range(add):
+                if not grow(g, t):
+                    break
+
+    def finished(v: _Vpod, rid: int, t: float) -> None:
+        """``rid`` finished on colocated ``v`` at ``t``: late if its TPOT or end-to-end time is over
+        target while alone on ``v`` (decode rounds of batch 1 at its mean context) it would have met
+        both, and its arrival was not already counted late (the guard's lagging signal)."""
+        if flagged[rid]:
+            return
+        b = bucket[rid]
+        so = s_out[rid]
+        if (t - first[rid]) > tpot_target[b] * so or t - arrival[rid] > e2e_target[b]:
+            # only a miss the load made: alone on the vPod the request would have met its targets
+            tab = v.tab
+            pm = s_in[rid] + 0.5 * (so - 1)
+            tau = (
+                tab.vtype.pp
+                * stage_time_float(
+                    tab.c0[1] + tab.c1[1] * pm,
+                    tab.h0[1] + tab.h1[1] * pm,
+                    tab.ici[1],
+                    tab.ici_serial,
+                    tab.stage_overhead_s,
+                )
+                + tab.p2p[1]
+            )
+            if tau > tpot_target[b] or tab.pre_lat[s_in[rid]] + so * tau > e2e_target[b]:
+                return
+            g = v.group
+            forget(g, t)
+            if may_grow(g, t):
+                flagged[rid] = 1
+                late(g, t)
 
     def seen(g: _Group, t: float) -> None:
         """An arrival routed to ``g`` at ``t``: the guard's window moves on."""
         g.arrived.append(t)
+        forget(g, t)
+
+    def forget(g: _Group, t: float) -> None:
         old = t - surge_window_s
-        while g.arrived[0] < old:
+        while g.arrived and g.arrived[0] < old:
             g.arrived.popleft()
         while g.late and g.late[0] < old:
             g.late.popleft()
+
+    def settle(g: _Group, t: float) -> None:
+        """Before routing an arrival of one of ``g``'s classes (``g`` holds more vPods than its
+        plan): when the surge is over (see ``surge_retire`` above), retire its least-loaded surge
+        vPod ready for ``surge_window_s``, if no prompt waits in the group."""
+        forget(g, t)
+        if g.late or len(g.arrived) > g.rate * surge_window_s:
+            return
+        pick = None
+        for v in g.ready:
+            if v.queue or v.state == PREFILLING:
+                return
+            old = t - v.held_from >= create_delay_s + surge_window_s
+            if old and v in g.mine and (pick is None or v.load < pick.load):
+                pick = v
+        if pick is not None:
+            retire(pick, t)
 
     def may_grow(g: _Group, t: float) -> bool:
         """The surge guard's conditions short of the fleet's room (see ``surge`` above): no vPod of
@@ -451,14 +541,29 @@ def run(
             and g.full_in != ei
         )
 
-    def grow(g: _Group, t: float) -> None:
-        """The surge guard: one more vPod for ``g`` where the fleet has room."""
-        if not surge(ei - 1, g.type_index):
-            g.full_in = ei
-            return
+    def grow(g: _Group, t: float) -> bool:
+        """The surge guard: one more vPod for ``g``: a surge vPod of it still draining taken back,
+        else a new one in room the fleet gave the group earlier in this epoch or gives it now."""
+        back = [v for v in g.draining if v in g.mine]
+        if back:
+            v = min(back, key=_vid)
+            g.draining.remove(v)
+            v.retired = False
+            g.live.append(v)
+            g.live.sort(key=_vid)
+            make_ready(v)
+            return True
+        if sum(math.isnan(v.held_to) for v in g.mine) >= g.granted:
+            if not surge(ei - 1, g.type_index):
+                g.full_in = ei
+                return False
+            g.granted += 1
         before = set(map(_vid, g.live))
         resize(g, len(g.live) + 1, t, False)
-        next(v for v in g.live if v.vid not in before).surge = True
+        v = next(v for v in g.live if v.vid not in before)
+        v.surge = True
+        g.mine.append(v)
+        return True
 
     def own_vpod(b: int, lanes: _Lanes) -> _Vpod | None:
         gs = lanes.groups[b]
@@ -616,7 +721,14 @@ def run(
             g = group_of(eg)
             g.buckets = eg.buckets
             g.planned = eg.n_vpods
+            g.rate = math.fsum(eg.rates) if eg.rates and all(r >= 0.0 for r in eg.rates) else math.inf
+            g.granted = 0
+            g.mine = []
             resize(g, eg.n_vpods, t, ready_now)
+        for g in groups.values():  # a surge vPod a boundary keeps is one of the plan's from now on
+            for v in g.live:
+                if v.surge and v.surge_to != v.surge_to:
+                    v.surge_to = t
         route.clear()
         droute.clear()
         for eg in target:
@@ -697,6 +809,8 @@ def run(
                 while fin and fin[0][0] <= d:
                     fs, rid = pop(fin)
                     finish[rid] = t
+                    if watch and v.phase == PH_COLOCATED:
+                        finished(v, rid, t)
                     v.n_act -= 1
                     v.load -= 1
                     v.base -= s_in[rid] - (fs - s_out[rid])
@@ -758,6 +872,10 @@ def run(
         energy_kv_j=np.asarray([v.kv_j for v in vpods], dtype=np.float64),
         energy_busy_j=np.asarray([v.fixed_j for v in vpods], dtype=np.float64),
         vpod_surge=np.asarray([v.surge for v in vpods], dtype=bool),
+        vpod_surge_s=np.asarray(
+            [(v.held_to if math.isnan(v.surge_to) else v.surge_to) - v.held_from if v.surge else 0.0 for v in vpods],
+            dtype=np.float64,
+        ),
     )
 
 

@@ -98,16 +98,21 @@ class ReplayOptions:
     target and its configuration serves the class within its SLO and memory (a feasible row of the
     candidate table), as a router that coalesces at run time would; False keeps every class on its
     planned groups (README section 2, "Overflow"). ``surge`` (default True): the surge guard, a
-    run-time scale-up under the plan: when an arrival would give its first token after its TTFT
-    target on its group's vPods and no overflow host takes it, the group gets one more vPod (ready
-    ``create_delay_s`` later; one at a time per group; at most ``surge_growth`` times the group's
-    planned vPods, NeuScale's growth bound; only where the fleet still has a free slice,
-    :mod:`neuscale_opt.replay.surge`), once the late arrivals of the group's last
-    ``surge_window_s`` (default 60 s) are more than the instance's SLO-attainment target explains
-    (late at a rate ``1 - slo.attainment``, a one-sided binomial test at level ``surge_alpha``,
-    default 0.01: one late among ten arrivals is chance, two are not); the next epoch boundary takes
-    every group back to the plan. Its vPods are held, paid and counted as any other (``surge_vpods``,
-    ``surge_chip_hours``).
+    run-time scale-up under the plan (README section 2, "Surge guard"): a request is late when on
+    arrival it would get its first token after its TTFT target on its group's vPods and no overflow
+    host takes it, or when it finishes past its TPOT or end-to-end target that it would have met
+    alone on its vPod; once the late requests of a group's last ``surge_window_s`` (default 60 s)
+    are more than the instance's SLO-attainment target explains among its arrivals (late at a rate
+    ``1 - slo.attainment``, a one-sided binomial test at level ``surge_alpha``, default 0.01: one
+    late among ten arrivals is chance, two are not), the group gets the vPods the window's arrival
+    rate asks for at the plan's rate per vPod (``surge_to_rate``, default True; False: one), ready
+    ``create_delay_s`` later, none while one is being created, at most ``surge_growth`` times the
+    group's planned vPods (NeuScale's growth bound), only where the fleet still has room
+    (:mod:`neuscale_opt.replay.surge`). ``surge_retire`` (default True): a guard vPod ready for
+    ``surge_window_s`` is drained once the surge is over (no late request and no prompt waiting in
+    its group, and no more than the plan's rate for the group arrived in the window); False holds
+    it to the next boundary, which takes every group back to the plan. Its vPods are held, paid and
+    counted as any other (``surge_vpods``, ``surge_chip_hours`` beyond the plan).
     """
 
     create_delay_s: float = DEFAULT_CREATE_DELAY_S
@@ -122,6 +127,8 @@ class ReplayOptions:
     surge_growth: float = 2.0
     surge_window_s: float = 60.0
     surge_alpha: float = 0.01
+    surge_retire: bool = True
+    surge_to_rate: bool = True
 
     def __post_init__(self) -> None:
         if not (self.create_delay_s >= 0 and math.isfinite(self.create_delay_s)):
@@ -394,21 +401,26 @@ def replay(
         lead_s=prewarm_lead_s(opts.create_delay_s, _prewarm(opts, instance), instance.epochs.length_s),
         routing=opts.routing,
         overflow=overflow_classes(plan.types, coeffs, codes) if opts.overflow else None,
-        ttft_target=_ttft_targets(coeffs, names),
+        ttft_target=_targets(coeffs, names, "ttft_slo_s"),
+        tpot_target=_targets(coeffs, names, "tpot_slo_s"),
+        e2e_target=_targets(coeffs, names, "e2e_slo_s"),
         surge=SurgeRoom(instance, plan.types, schedule) if opts.surge else None,
         surge_growth=opts.surge_growth,
         surge_window_s=opts.surge_window_s,
         surge_tolerance=1.0 - instance.slo.attainment,
         surge_alpha=opts.surge_alpha,
+        surge_retire=opts.surge_retire,
+        surge_to_rate=opts.surge_to_rate,
     )
     if not keep.all():
         res = _expand(res, keep)
     return _account(res, tr, bcode, names, plan, tables, instance, coeffs, opts, keep)
 
 
-def _ttft_targets(coeffs: Coefficients, names: list[str]) -> list[float]:
-    """Each class's TTFT target (s; infinite where it has none)."""
-    v = coeffs.buckets.set_index("bucket")["ttft_slo_s"].reindex(names).to_numpy(np.float64)
+def _targets(coeffs: Coefficients, names: list[str], column: str) -> list[float]:
+    """Each class's target in ``column`` (``ttft_slo_s``, ``tpot_slo_s``, ``e2e_slo_s``; infinite
+    where it has none)."""
+    v = coeffs.buckets.set_index("bucket")[column].reindex(names).to_numpy(np.float64)
     return np.where(np.isfinite(v), v, np.inf).tolist()
 
 
@@ -529,6 +541,7 @@ def _account(
             "cost_usd": price_h * held_s / SECONDS_PER_HOUR,
             "embodied_kg": emb_h * held_s / SECONDS_PER_HOUR,
             "surge": res.vpod_surge,
+            "surge_held_s": res.vpod_surge_s,
         }
     )
     if disagg:
@@ -680,7 +693,7 @@ def _account(
         "chip_hours": chip_h,
         "vpods_created": len(vtype),
         "surge_vpods": int(res.vpod_surge.sum()),
-        "surge_chip_hours": float((held_s * vp_chips)[res.vpod_surge].sum()) / SECONDS_PER_HOUR,
+        "surge_chip_hours": float((res.vpod_surge_s * vp_chips).sum()) / SECONDS_PER_HOUR,
         "tokens_per_joule": tokens_out / energy if energy > 0 else math.nan,
         "tokens_per_usd": tokens_out / cost if cost > 0 else math.nan,
         "goodput_tokens_out": goodput,
@@ -722,6 +735,8 @@ def _account(
             "surge_growth": opts.surge_growth,
             "surge_window_s": opts.surge_window_s,
             "surge_alpha": opts.surge_alpha,
+            "surge_retire": opts.surge_retire,
+            "surge_to_rate": opts.surge_to_rate,
         },
         "units": {
             "energy_j": "J at the facility (PUE applied)",
