@@ -18,8 +18,9 @@ splitting the class over them as the plan's rates say (default ``plan``; README 
 ``--no-overflow`` keeps every request on its class's groups (by default a request those would
 serve after its TTFT target goes to another class's vPod whose configuration serves its class, if
 that one gives its first token in time). ``--no-surge`` turns off the surge guard (by default a
-group whose arrivals would get their first token late gets one more vPod where the fleet has a free
-slice, up to twice its planned vPods, until the next epoch boundary; README section 2).
+group whose requests come late beyond what the SLO-attainment target explains gets the vPods its
+arrival rate asks for where the fleet has a free slice, up to twice its planned vPods, drained once
+the surge is over or at the next epoch boundary; README section 2).
 """
 
 from __future__ import annotations
@@ -104,8 +105,9 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-surge",
         action="store_true",
-        help="no run-time scale-up (default: a group whose arrivals would get their first token late gets one "
-        "more vPod where the fleet has room, up to twice its planned vPods, until the next epoch boundary)",
+        help="no run-time scale-up (default: a group whose requests come late gets the vPods its arrival rate "
+        "asks for where the fleet has room, up to twice its planned vPods, until the surge is over or the "
+        "next epoch boundary)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_replay)
