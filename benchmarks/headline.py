@@ -575,7 +575,8 @@ def table(runs: list[Run]) -> str:
         lines.append(
             "| method | objective | goodput tokens/J | goodput tokens/J (operator) | goodput tokens/$ | SLO attainment "
             "| tokens/J (all served) | replayed energy (MJ) | idle fleet (MJ, PUE) | replayed cost (USD) "
-            "| planned unserved req/s | chips (peak per generation) | surge vPods (chip-h) | plan s | replay s |"
+            "| planned unserved req/s | chips (peak per generation) | surge vPods (chip-h beyond the plan) "
+            "| plan s | replay s |"
         )
         lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
         for r in rs:

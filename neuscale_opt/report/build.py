@@ -919,7 +919,8 @@ def _risks(
         if surged:
             s += (
                 f"; the replay's surge guard added {fmt(surged)} vPod{'s' if surged != 1 else ''} "
-                f"({fmt(float(mine.get('surge_chip_hours', 0.0)))} chip-hours, in the replayed energy and cost) "
+                f"({fmt(float(mine.get('surge_chip_hours', 0.0)))} chip-hours beyond the plan, in the replayed energy "
+                "and cost) "
                 "where arrivals outran the plan"
             )
         parts.append(s + " [replay](#replay)")

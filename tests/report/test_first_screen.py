@@ -292,6 +292,6 @@ def test_risks_name_the_surge_guards_vpods():
     mine = {"requests": 1000, "slo_met": 990, "unserved": 0, "surge_vpods": 3, "surge_chip_hours": 17.6}
     text = _risks(plan, mine, {}, 0.99, 300.0, {}, rolling=False)
     assert "10 of 1,000 replayed requests" in text
-    assert "surge guard added 3 vPods (17.6 chip-hours" in text
+    assert "surge guard added 3 vPods (17.6 chip-hours beyond the plan" in text
     mine.update(surge_vpods=0, surge_chip_hours=0.0)
     assert "surge guard" not in _risks(plan, mine, {}, 0.99, 300.0, {}, rolling=False)
