@@ -480,18 +480,7 @@ def run(
         if (t - first[rid]) > tpot_target[b] * so or t - arrival[rid] > e2e_target[b]:
             # only a miss the load made: alone on the vPod the request would have met its targets
             tab = v.tab
-            pm = s_in[rid] + 0.5 * (so - 1)
-            tau = (
-                tab.vtype.pp
-                * stage_time_float(
-                    tab.c0[1] + tab.c1[1] * pm,
-                    tab.h0[1] + tab.h1[1] * pm,
-                    tab.ici[1],
-                    tab.ici_serial,
-                    tab.stage_overhead_s,
-                )
-                + tab.p2p[1]
-            )
+            tau = tab.decode_step(1, s_in[rid] + 0.5 * (so - 1))[0]
             if tau > tpot_target[b] or tab.pre_lat[s_in[rid]] + so * tau > e2e_target[b]:
                 return
             g = v.group
@@ -546,12 +535,7 @@ def run(
         else a new one in room the fleet gave the group earlier in this epoch or gives it now."""
         back = [v for v in g.draining if v in g.mine]
         if back:
-            v = min(back, key=_vid)
-            g.draining.remove(v)
-            v.retired = False
-            g.live.append(v)
-            g.live.sort(key=_vid)
-            make_ready(v)
+            take_back(min(back, key=_vid))
             return True
         if sum(math.isnan(v.held_to) for v in g.mine) >= g.granted:
             if not surge(ei - 1, g.type_index):
@@ -666,16 +650,20 @@ def run(
         else:
             g.draining.append(v)
 
+    def take_back(v: _Vpod) -> None:
+        """A draining vPod of its group serves again, ready at once."""
+        g = v.group
+        g.draining.remove(v)
+        v.retired = False
+        g.live.append(v)
+        g.live.sort(key=_vid)
+        make_ready(v)
+
     def resize(g: _Group, n: int, t: float, ready_now: bool, ready_at: float | None = None) -> None:
         nonlocal seq
         live = g.live
         while len(live) < n and g.draining:
-            v = min(g.draining, key=_vid)
-            g.draining.remove(v)
-            v.retired = False
-            live.append(v)
-            live.sort(key=_vid)
-            make_ready(v)
+            take_back(min(g.draining, key=_vid))
         while len(live) < n:
             v = _Vpod(len(vpods), g, t)
             vpods.append(v)
