@@ -59,14 +59,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from headline import ROOT, WINDOW, Case, cases, forecast_of
+from headline import ROOT, WINDOW, Case, cases, forecast_of, params_of
 from scipy.stats import spearmanr
 
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.alloc.plan import greedy
 from neuscale_opt.candidates import build_coefficients, instance_trace
 from neuscale_opt.errors import InputError
-from neuscale_opt.horizon import HorizonParams, homogeneous_each, instance_inventory, neuscale_autoscaler, plan_rolling
+from neuscale_opt.horizon import homogeneous_each, instance_inventory, neuscale_autoscaler, plan_rolling
 from neuscale_opt.replay import ReplayOptions, replay
 
 TARGET_REL = 0.10
@@ -111,7 +111,7 @@ def plans(case: Case, pooled: bool) -> tuple[Any, Any, list[tuple[str, Callable[
     coeffs = build_coefficients(inst)
     trace = instance_trace(inst)
     opts = PlanOptions.from_instance(inst)
-    params = HorizonParams.from_instance(inst)
+    params = params_of(inst)
     inv = instance_inventory(coeffs, inst.inventory_events)
     fc = forecast_of(inst)
     out: list[tuple[str, Callable[[], Any]]] = []

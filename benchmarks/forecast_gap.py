@@ -1,10 +1,12 @@
 """Where the horizon MILP's gain over NeuScale's auto-scaler goes: the forecast, the scaling rules, the SLO.
 
 The headline (``benchmarks/headline.py``) plans the MILP on each shipped instance's forecaster
-under NeuScale's auto-scaling rules as coupling constraints (``formulations/horizon.md``): last-peak
-(FC1 of ``formulations/forecast.md``, NeuScale's own rule: the peak of the last 30 minutes) on the
-conversation-trace instances, which size for the pooled burst (``workload.provision_for = "burst"``),
-and the quantile forecast (FC4) on the code trace, which sizes for per-class peaks. This benchmark
+under NeuScale's auto-scaling rules as coupling constraints (``formulations/horizon.md``): the
+quantile forecast (FC4 of ``formulations/forecast.md``) with room kept in the fleet for the last-peak
+forecast (FC1, NeuScale's own rule: the peak of the last 30 minutes; the guard reserve,
+``formulations/horizon.md``, "Guard reserve"), on the conversation-trace instances, which size for
+the pooled burst (``workload.provision_for = "burst"``), and on the code trace, which sizes for
+per-class peaks. Every MILP plan below keeps that reserve (the oracle's none: it knows the demand). This benchmark
 splits the distance between that plan and the plan that knows each epoch's demand and obeys no
 rule, on the headline's scenarios and on scenarios outside it (other rates, models and the code
 trace at other scales). Every plan, NeuScale's auto-scaler's included, sizes as its instance does.
@@ -12,11 +14,11 @@ Per scenario and objective, every plan is replayed (``neuscale_opt.replay``, as 
 and compared with NeuScale's auto-scaler:
 
 * ``milp last-peak`` - the MILP on NeuScale's own forecast (rolling 3-epoch windows, rules as coupling;
-  the conversation-trace instances' forecaster);
+  the reserve is then empty);
 * ``milp ewma`` - the same on the EWMA forecast (FC2: unbiased, so below the actual peak in about
   half of the epochs);
 * ``milp quantile`` - the same on the quantile forecast (FC4, q = 0.9 over 30 minutes: the
-  code-trace instance's forecaster);
+  shipped instances' forecaster);
 * ``milp oracle`` - the same on the actual demand (what a perfect forecast gives under the rules);
 * ``no rules last-peak``, ``no rules oracle`` - the same without the coupling rules
   (``[horizon] coupling = false``: each epoch planned alone on its forecast, resp. its actual
@@ -45,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from headline import EXTRA, ROOT, SLO_SLACK, WINDOW, cases, extra_instance
+from headline import EXTRA, ROOT, SLO_SLACK, WINDOW, cases, extra_instance, params_of
 
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.candidates import build_coefficients, instance_trace
@@ -86,7 +88,7 @@ def run(label: str, inst: Instance) -> list[dict[str, Any]]:
     coeffs = build_coefficients(inst)
     trace = instance_trace(inst)
     opts = PlanOptions.from_instance(inst)
-    params = HorizonParams.from_instance(inst)
+    params = params_of(inst)
     inv = instance_inventory(coeffs, inst.inventory_events)
     rows = []
     for objective in METRIC:

@@ -100,6 +100,21 @@ def shipped_forecast() -> str:
 
 #: ``--forecast``: the MILP's forecaster in every scenario (None: :func:`forecast_of`)
 FORECAST: str | None = None
+#: ``--reserve-forecast``: the MILP's guard-reserve forecaster in every scenario (None: the instance's)
+RESERVE: str | None = None
+
+
+def params_of(inst: Instance) -> HorizonParams:
+    """The MILP's horizon parameters for ``inst``: its ``[horizon]`` table, or (an instance without
+    one, planned here as a schedule all the same) the rules' defaults with the shipped default
+    instance's guard-reserve forecaster; ``--reserve-forecast`` wins ('none': no reserve)."""
+    params = HorizonParams.from_instance(inst)
+    if inst.horizon is None:
+        shipped = HorizonParams.from_instance(load_instance(ROOT / "instances" / "default.toml"))
+        params = params.replace(reserve_forecast=shipped.reserve_forecast)
+    if RESERVE is not None:
+        params = params.replace(reserve_forecast=None if RESERVE == "none" else RESERVE)
+    return params
 
 
 def forecast_of(inst: Instance) -> str:
@@ -286,7 +301,7 @@ def run_case(case: Case, methods: list[str] | None = None) -> list[Run]:
     coeffs = build_coefficients(inst)
     trace = instance_trace(inst)
     base_opts = PlanOptions.from_instance(inst)
-    params = HorizonParams.from_instance(inst)
+    params = params_of(inst)
     inv = instance_inventory(coeffs, inst.inventory_events)
     demand = actual_demand(coeffs)  # what the instance provisions for: every ceiling's demand
     # the baselines size as NeuScale publishes (each class's peak over 10-s sub-windows, R_peak);
@@ -679,6 +694,11 @@ def main(argv: list[str] | None = None) -> int:
         help="override workload.provision_for in every scenario (e.g. burst: the sizing window of the trace)",
     )
     ap.add_argument("--forecast", default=None, help="the MILP's forecaster (default: the shipped instances')")
+    ap.add_argument(
+        "--reserve-forecast",
+        default=None,
+        help="the MILP's guard-reserve forecaster, 'none' for none (default: the instances')",
+    )
     ap.add_argument("--methods", default=None, help="comma-separated method prefixes to run (default: all)")
     ap.add_argument("--keep", default=None, help="a results .json whose scenarios not run now are kept")
     ap.add_argument(
@@ -691,9 +711,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         name = "headline_extra_results.md" if args.extra else "headline_results.md"
         args.out = str(ROOT / "benchmarks" / name)
-    global PROVISION, FORECAST
+    global PROVISION, FORECAST, RESERVE
     PROVISION = args.provision_for
     FORECAST = args.forecast
+    RESERVE = args.reserve_forecast
     if args.quick:
         args.epochs = args.epochs or 2
         args.only = args.only or "azure-conv x1"

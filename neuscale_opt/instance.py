@@ -381,6 +381,7 @@ class Horizon(_Frozen):
     create_energy_j_per_chip: float = Field(default=0.0, ge=0.0)
     delete_energy_j_per_chip: float = Field(default=0.0, ge=0.0)
     prewarm: bool = True
+    reserve_forecast: ForecastName | None = None
 
 
 class InventoryEvent(_Frozen):

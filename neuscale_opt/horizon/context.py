@@ -52,7 +52,8 @@ class WindowContext:
     ``inventory[(c, t)]`` H_{c,t}. ``state`` is None when the window starts the horizon (warm start:
     no coupling into its first epoch). ``placement`` maps each placed generation to its packing data
     (``Prepared.placement``: pods given, finite inventory, ``options.placement != "none"``); empty
-    when nothing is placed.
+    when nothing is placed. ``reserve[(b, t)]``: the rate above ``demand`` the plan keeps room for
+    (``HorizonParams.reserve_forecast``; empty without one), only where ``demand`` is positive.
     """
 
     epochs: tuple[int, ...]
@@ -71,6 +72,12 @@ class WindowContext:
     hold_epochs: int
     placement: Mapping[str, GenPlacementData] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    reserve: dict[tuple[str, int], float] = field(default_factory=dict)
+
+    @property
+    def reserved(self) -> bool:
+        """Does the model carry the guard-reserve rows (``HorizonParams.reserve_forecast`` set)?"""
+        return self.params.reserve_forecast is not None
 
     @cached_property
     def members(self) -> dict[str, list[tuple[str, str, str, float]]]:
@@ -166,8 +173,11 @@ def build_window(
     inventory: dict[tuple[str, int], float],
     state: State | None = None,
     prepared: Prepared | None = None,
+    reserve: dict[tuple[str, int], float] | None = None,
 ) -> WindowContext:
-    """The frozen data of the window ``epochs`` (consecutive) with planned ``demand``."""
+    """The frozen data of the window ``epochs`` (consecutive) with planned ``demand`` and, under a
+    reserve forecaster, the ``reserve`` rate to keep room for (kept where ``demand`` is positive:
+    a class the model does not plan, a tail class, has no reserve)."""
     opts = horizon_options(options)
     if prepared is None or not prepared_for(prepared, opts):
         prepared = prepare(coeffs, opts)
@@ -193,4 +203,9 @@ def build_window(
         delta=params.delay_share(epoch_s) if params.coupling else 0.0,
         hold_epochs=params.hold_epochs(epoch_s) if params.coupling else 0,
         placement=prepared.placement if opts.placement != "none" else {},
+        reserve={
+            (str(b), int(t)): float(v)
+            for (b, t), v in (reserve or {}).items()
+            if v > 0 and float(demand.get((b, t), 0.0)) > 0 and int(t) in epochs
+        },
     )

@@ -20,6 +20,12 @@ from neuscale_opt.horizon.params import FLOOR_EPS
 from neuscale_opt.topology.milp import add_placement_constraints
 
 EPS = 1e-9
+#: rho: the price of a request per second of guard reserve the plan cannot keep, as a share of the
+#: unserved penalty (``formulations/horizon.md``, "Guard reserve"): below 1, so that the plan never
+#: leaves forecast demand unserved to keep room, and the default penalty being ten times the dearest
+#: request, 0.1 makes a reserve request worth the dearest request: the plan takes any configuration
+#: that keeps the room before it gives the room up.
+RESERVE_SHARE = 0.1
 
 
 def _members(ctx: WindowContext) -> dict[str, list[tuple[str, str, str, float]]]:
@@ -72,6 +78,12 @@ def group_bounds(ctx: WindowContext) -> dict[str, int]:
 def cover_set(ctx: WindowContext) -> list[tuple[str, str, int]]:
     """COVER: (class b, phase p, epoch t) with d_{b,t} > 0, in build order."""
     return [(b, p, t) for t in ctx.epochs for b in ctx.buckets for p in ctx.phases if ctx.demand.get((b, t), 0) > 0]
+
+
+def reserve_set(ctx: WindowContext) -> list[tuple[str, str, int]]:
+    """RESERVE: every (class b, phase p, epoch t) of the window, in build order (a row per triple
+    whatever the reserve's value, so that every window of a rolling plan has the same rows)."""
+    return [(b, p, t) for t in ctx.epochs for b in ctx.buckets for p in ctx.phases]
 
 
 def chips_t_set(ctx: WindowContext) -> list[tuple[str, int]]:
@@ -141,6 +153,8 @@ def add_sets(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
         dimen=2,
         ordered=True,
     )
+    if ctx.reserved:
+        m.RESERVE = pyo.Set(initialize=reserve_set(ctx), dimen=3, ordered=True)
     placed = placed_members(ctx)
     if placed:
         m.PLACED_SHAPES = pyo.Set(initialize=[(c, s, t) for c, s in placed for t in ts], dimen=3, ordered=True)
@@ -162,6 +176,7 @@ def window_data(ctx: WindowContext, hold: list[tuple[str, int, int]] | None = No
         "n_carried": {g: float(carried_n.get(g, 0)) for g in ctx.groups["group"]},
         "hold_load": {(g, t, tau): (loads.get((g, tau), 0.0) if tau < first else 0.0) for g, t, tau in hold},
         "inventory_chips": {(c, t): ctx.inventory[(c, t)] for c, t in chips_t_set(ctx)},
+        "reserve_rps": {(b, t): ctx.reserve.get((b, t), 0.0) for b in ctx.buckets for t in ctx.epochs},
     }
 
 
@@ -172,6 +187,7 @@ PARAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("n_carried", ("GROUPS",)),
     ("hold_load", ("HOLD",)),
     ("inventory_chips", ("CHIPS_T",)),
+    ("reserve_rps", ("BUCKETS", "EPOCHS")),
 )
 
 
@@ -187,7 +203,9 @@ def add_params(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
 
 
 def add_variables(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
-    """``n_vpods`` (Z>=0), ``rate`` (req/s), ``unserved`` (req/s), ``created``, ``deleted``, ``lost`` (vPods)."""
+    """``n_vpods`` (Z>=0), ``rate`` (req/s), ``unserved`` (req/s), ``created``, ``deleted``, ``lost`` (vPods);
+    with a reserve forecaster also ``reserve_rate`` (req/s), ``reserve_vpods`` (vPods, continuous) and
+    ``reserve_short`` (req/s)."""
     bucket_of = dict(zip(ctx.configs["config_id"], ctx.configs["bucket"], strict=True))
     m.n_vpods = pyo.Var(m.GROUPS, m.EPOCHS, domain=pyo.NonNegativeIntegers, bounds=lambda _m, g, t: (0, _m.n_upper[g]))
     m.rate = pyo.Var(
@@ -202,6 +220,17 @@ def add_variables(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     m.created = pyo.Var(m.COUPLED, domain=pyo.NonNegativeReals)
     m.deleted = pyo.Var(m.COUPLED, domain=pyo.NonNegativeReals)
     m.lost = pyo.Var(m.LOSS, domain=pyo.NonNegativeReals)
+    if ctx.reserved:
+        m.reserve_rate = pyo.Var(
+            m.CONFIGS,
+            m.EPOCHS,
+            domain=pyo.NonNegativeReals,
+            bounds=lambda _m, k, t: (0, _m.reserve_rps[str(bucket_of[k]), t]),
+        )
+        m.reserve_vpods = pyo.Var(m.GROUPS, m.EPOCHS, domain=pyo.NonNegativeReals)
+        m.reserve_short = pyo.Var(
+            m.BUCKETS, m.EPOCHS, domain=pyo.NonNegativeReals, bounds=lambda _m, b, t: (0, _m.reserve_rps[b, t])
+        )
 
 
 def _n_prev(m: pyo.ConcreteModel, ctx: WindowContext, g: str, t: int):
@@ -436,6 +465,93 @@ def add_placement(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
         )
 
 
+def add_reserve_coverage(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: reserve_coverage
+
+    **Enforced Over**: RESERVE (every class b, phase p, epoch t; with a reserve forecaster)
+
+        sum_{k: b(k)=b, p(k)=p} q_{k,t} + v_{b,t} = d^R_{b,t}
+    """
+    if not ctx.reserved or len(m.RESERVE) == 0:
+        return
+    members: dict[tuple[str, str], list[str]] = {}
+    for k, b, p in zip(ctx.configs["config_id"], ctx.configs["bucket"], ctx.configs["phase"], strict=True):
+        members.setdefault((str(b), str(p)), []).append(k)
+
+    def rule(_m: pyo.ConcreteModel, b: str, p: str, t: int):
+        served = sum(_m.reserve_rate[k, t] for k in members.get((b, p), []))
+        return served + _m.reserve_short[b, t] == _m.reserve_rps[b, t]
+
+    m.reserve_coverage = pyo.Constraint(m.RESERVE, rule=rule)
+
+
+def add_reserve_capacity(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: reserve_capacity
+
+    **Enforced Over**: GROUPS x EPOCHS (with a reserve forecaster)
+
+    The planned load and the reserve load fit the group's vPods and its reserve vPods:
+
+        sum_{k in g} (r_{k,t} + q_{k,t}) / c_k <= n_{g,t} + m_{g,t} - delta * y_{g,t}
+    """
+    if not ctx.reserved or len(m.GROUPS) == 0:
+        return
+    members = _members(ctx)
+    coupled = set(m.COUPLED)
+
+    def rule(_m: pyo.ConcreteModel, g: str, t: int):
+        lhs = _load(_m, ctx, members[g], t) + sum(_m.reserve_rate[k, t] * (1.0 / c) for k, _b, _p, c in members[g])
+        rhs = _m.n_vpods[g, t] + _m.reserve_vpods[g, t]
+        if (g, t) in coupled and ctx.delta > 0:
+            rhs = rhs - ctx.delta * _m.created[g, t]
+        if isinstance(lhs, (int, float)):
+            return pyo.Constraint.Skip
+        return lhs <= rhs
+
+    m.reserve_capacity = pyo.Constraint(m.GROUPS, m.EPOCHS, rule=rule)
+
+
+def add_reserve_growth(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: reserve_growth
+
+    **Enforced Over**: GROUPS x EPOCHS (with a reserve forecaster)
+
+    The guard grows a group to at most gamma times its planned vPods:
+
+        m_{g,t} <= (gamma - 1) n_{g,t}
+    """
+    if not ctx.reserved or len(m.GROUPS) == 0:
+        return
+    extra = ctx.params.growth_max - 1.0
+
+    def rule(_m: pyo.ConcreteModel, g: str, t: int):
+        return _m.reserve_vpods[g, t] <= extra * _m.n_vpods[g, t]
+
+    m.reserve_growth = pyo.Constraint(m.GROUPS, m.EPOCHS, rule=rule)
+
+
+def add_reserve_inventory(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
+    """**Constraint Name**: reserve_inventory
+
+    **Enforced Over**: CHIPS_T (with a reserve forecaster)
+
+    The planned vPods and the reserve vPods fit the generation's chips:
+
+        sum_{g: chip(g)=c} chips_g (n_{g,t} + m_{g,t}) <= H_{c,t}
+    """
+    if not ctx.reserved or len(m.CHIPS_T) == 0:
+        return
+    by_chip: dict[str, list[tuple[str, float]]] = {}
+    for g, chip, w in zip(ctx.groups["group"], ctx.groups["chip"], ctx.groups["chips_per_vpod"], strict=True):
+        by_chip.setdefault(str(chip), []).append((g, float(w)))
+
+    def rule(_m: pyo.ConcreteModel, c: str, t: int):
+        held = sum(w * (_m.n_vpods[g, t] + _m.reserve_vpods[g, t]) for g, w in by_chip.get(c, []))
+        return held <= _m.inventory_chips[c, t]
+
+    m.reserve_inventory = pyo.Constraint(m.CHIPS_T, rule=rule)
+
+
 def add_held_if_used(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     """**Constraint Name**: held_if_used
 
@@ -473,6 +589,7 @@ def add_objective(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
         held_term     = sum_{g,t} h_g n_{g,t}
         unserved_term = T pen sum_{b,t} s_{b,t}
         reconfig_term = sum_{(g,t) coupled} (kappa+_g y_{g,t} + kappa-_g z_{g,t})
+        reserve_term  = T rho pen sum_{b,t} v_{b,t}      (with a reserve forecaster; rho = RESERVE_SHARE)
     """
     t_s = ctx.epoch_s
     a = dict(zip(ctx.configs["config_id"], ctx.configs["var_obj_per_req"].astype(float), strict=True))
@@ -489,9 +606,12 @@ def add_objective(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     m.reconfig_term = pyo.Expression(
         expr=sum(kc[g] * m.created[g, t] + kd[g] * m.deleted[g, t] for g, t in m.COUPLED if kc[g] or kd[g])
     )
-    m.total_objective = pyo.Objective(
-        expr=m.served_term + m.held_term + m.unserved_term + m.reconfig_term, sense=pyo.minimize
-    )
+    total = m.served_term + m.held_term + m.unserved_term + m.reconfig_term
+    if ctx.reserved:
+        rho = t_s * RESERVE_SHARE * ctx.penalty_per_req
+        m.reserve_term = pyo.Expression(expr=sum(rho * m.reserve_short[b, t] for b in m.BUCKETS for t in m.EPOCHS))
+        total = total + m.reserve_term
+    m.total_objective = pyo.Objective(expr=total, sense=pyo.minimize)
 
 
 #: Constraint-family builders in build order (each ``add_<ID>`` creates the component ``<ID>``).
@@ -506,6 +626,10 @@ CONSTRAINT_BUILDERS: tuple[Callable[[pyo.ConcreteModel, WindowContext], None], .
     add_shrink_hold,
     add_failure_loss,
     add_placement,
+    add_reserve_coverage,
+    add_reserve_capacity,
+    add_reserve_growth,
+    add_reserve_inventory,
 )
 
 

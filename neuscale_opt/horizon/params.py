@@ -56,6 +56,13 @@ class HorizonParams:
     create_energy_j_per_chip, delete_energy_j_per_chip:
         extra energy (J per chip, before PUE) of creating / deleting a vPod, beyond its static power
         while held (which the held term already charges); default 0.
+    reserve_forecast:
+        None (default) or a second forecaster (``last-peak``, ``quantile``, ...): the rolling plan then
+        keeps, beside the vPods it plans for ``forecast``, room in the fleet for the demand this
+        forecaster gives (reserve vPods of the groups it holds, up to (gamma - 1) n each, inside the
+        inventory; ``formulations/horizon.md``, "Guard reserve"): room the replay's surge guard can
+        grow into when the demand comes in above the plan's forecast. Kept unless keeping it would
+        leave demand the plan forecasts unserved.
     prewarm:
         True (default): the plan of epoch t >= 1 is made ``create_delay_s`` before the epoch starts,
         from the trace observed until then, and the vPods it adds are created then, ready when the
@@ -77,6 +84,7 @@ class HorizonParams:
     create_energy_j_per_chip: float = 0.0
     delete_energy_j_per_chip: float = 0.0
     prewarm: bool = True
+    reserve_forecast: str | None = None
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -84,6 +92,10 @@ class HorizonParams:
             problems.append(f"window must be a positive integer, got {self.window}")
         if self.forecast not in FORECAST_METHODS:
             problems.append(f"forecast must be one of {list(FORECAST_METHODS)}, got {self.forecast!r}")
+        if self.reserve_forecast is not None and self.reserve_forecast not in FORECAST_METHODS:
+            problems.append(
+                f"reserve_forecast must be one of {list(FORECAST_METHODS)} or absent, got {self.reserve_forecast!r}"
+            )
         if not self.growth_max >= 1:
             problems.append(f"growth_max must be >= 1, got {self.growth_max}")
         if self.new_group_vpods < 0:

@@ -58,6 +58,7 @@ _PARAM_EPOCHS: dict[str, tuple[int, ...]] = {
     "n_carried": (),
     "hold_load": (1, 2),
     "inventory_chips": (1,),
+    "reserve_rps": (1,),
 }
 _VAR_EPOCHS: dict[str, tuple[int, ...]] = {
     "n_vpods": (1,),
@@ -65,6 +66,7 @@ _VAR_EPOCHS: dict[str, tuple[int, ...]] = {
     "unserved": (1,),
     "created": (1,),
     "deleted": (1,),
+    "reserve_short": (1,),
 }
 #: Rows that exist only for some windows of a structure: row family -> its index set's function.
 _OPTIONAL_ROWS = {"demand_coverage": (cover_set, (2,)), "shrink_hold": (hold_set, (1, 2))}
@@ -119,6 +121,7 @@ def _structure(ctx: WindowContext, full: WindowContext) -> tuple:
     return (
         len(ctx.epochs),
         ctx.state is None,
+        ctx.reserved,
         tuple((g, t - first, tau - first) for g, t, tau in hold_set(full)),
         tuple((c, t - first) for c, t in chips_t_set(ctx)),
     )
@@ -182,6 +185,20 @@ def _compile_template(full: WindowContext) -> _Template | None:
     )
 
 
+def _fix_columns(form: LinearForm, tpl: _Template, by: int, fixed: Mapping[str, Mapping[Any, float]]) -> LinearForm:
+    """``form`` with the columns of ``fixed`` (indices of the window, ``by`` epochs after the
+    template's) bounded to their value from both sides."""
+    lo, hi = form.col_lo.copy(), form.col_hi.copy()
+    for j, (name, index) in enumerate(tpl.names):
+        vals = fixed.get(name)
+        if vals is None:
+            continue
+        v = vals.get(_shift(index, _VAR_EPOCHS[name], by))
+        if v is not None:
+            lo[j] = hi[j] = float(v)
+    return dataclasses.replace(form, col_lo=lo, col_hi=hi)
+
+
 class CompiledWindows:
     """The compiled window models of one rolling plan, one per structure (:func:`_structure`)."""
 
@@ -198,14 +215,16 @@ class CompiledWindows:
         return not any(ctx.inventory_drop(str(c), t) > 0 for c in set(ctx.groups["chip"]) for t in ctx.epochs)
 
     def solve(
-        self, ctx: WindowContext, options: PlanOptions
+        self, ctx: WindowContext, options: PlanOptions, fixed: Mapping[str, Mapping[Any, float]] | None = None
     ) -> tuple[SolveResult, Callable[[int, Mapping[str, int]], GroupPlacements] | None] | None:
         """The window solved from its structure's compiled model, with the values of ``n_vpods``,
         ``rate``, ``unserved``, ``created`` and ``deleted`` keyed by the window's epochs, and the
         reader of its placements (``placements(t, n)``: :func:`~neuscale_opt.horizon.placement.
         window_placements` of epoch t on the compiled model; None when nothing is placed or there is
         no plan); None when the window must be built afresh. Read the placements before the next
-        window is solved: it overwrites the compiled model's values."""
+        window is solved: it overwrites the compiled model's values. ``fixed`` (variable -> {index
+        of the window: value}) fixes those columns at those values (both bounds), as a fresh build
+        with the same bounds would."""
         if not self.handles(ctx, options):
             return None
         full = superset_context(ctx)
@@ -221,6 +240,8 @@ class CompiledWindows:
         form = self._form(tpl, ctx)
         if form is None:
             return None
+        if fixed:
+            form = _fix_columns(form, tpl, ctx.epochs[0] - tpl.first, fixed)
         res, x = solve_form(form, options)
         if x is None:
             return res, None

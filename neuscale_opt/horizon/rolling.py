@@ -145,6 +145,24 @@ def forecast_window(
     return out
 
 
+def reserve_window(
+    coeffs: Coefficients,
+    params: HorizonParams,
+    start: int,
+    epochs: list[int],
+    planned: dict[tuple[str, int], float],
+    actual: dict[tuple[str, int], float] | None = None,
+    prewarm: bool = False,
+) -> dict[tuple[str, int], float]:
+    """The guard reserve of a window (``formulations/horizon.md``, "Guard reserve"): the rate
+    ``params.reserve_forecast`` gives above ``planned`` (the window's forecast), made from the same
+    data; empty without a reserve forecaster."""
+    if params.reserve_forecast is None:
+        return {}
+    hi = forecast_window(coeffs, params.reserve_forecast, start, epochs, actual, prewarm=prewarm)
+    return {k: v - planned.get(k, 0.0) for k, v in hi.items() if v > planned.get(k, 0.0)}
+
+
 def instance_inventory(coeffs: Coefficients, events: Any = ()) -> dict[tuple[str, int], float]:
     """H_{c,t} for every epoch of ``coeffs`` (the fleet's healthy chips plus ``inventory_events``)."""
     return inventory_schedule(coeffs.inventory(), tuple(events), coeffs.epochs)
@@ -180,16 +198,7 @@ def solve_window(
             planned = {b: ctx.demand.get((b, t), 0.0) for b in ctx.buckets}
             out[t] = EpochCommit(t, dict(first.n), dict(first.x), dict(first.s), planned, first.status, {})
         return out, info, left
-    done = compiled.solve(ctx, ctx.options) if compiled is not None else None
-    if done is not None:
-        res, read = done
-    else:
-        m = build_model(ctx)
-        res = solve_model(m, ctx.options)
-
-        def read(t: int, n: dict[str, int], m=m):
-            return window_placements(m, ctx, t, n)
-
+    res, read = _solve_reserved(ctx, compiled)
     info = res.info()
     if res.status == "no_incumbent":
         raise TimeLimitError(f"epochs {ctx.epochs[0]}-{ctx.epochs[-1]}: {ctx.options.no_plan_text(res.stopped_by)}")
@@ -219,6 +228,59 @@ def solve_window(
     return out, info, left
 
 
+def _solve_once(
+    ctx: WindowContext, compiled: CompiledWindows | None, fixed: dict[str, dict[Any, float]] | None = None
+) -> tuple[Any, Callable[[int, dict[str, int]], Any] | None]:
+    """The window's model solved (from its compiled structure where it can be, else built), with the
+    columns of ``fixed`` (variable -> {index: value}) bounded to their value; the result and the
+    reader of its placements."""
+    done = compiled.solve(ctx, ctx.options, fixed) if compiled is not None else None
+    if done is not None:
+        return done
+    m = build_model(ctx)
+    for name, vals in (fixed or {}).items():
+        var = getattr(m, name)
+        for idx, v in vals.items():
+            var[idx].setlb(v)
+            var[idx].setub(v)
+    res = solve_model(m, ctx.options)
+
+    def read(t: int, n: dict[str, int], m=m):
+        return window_placements(m, ctx, t, n)
+
+    return res, read
+
+
+#: Reserve (req/s, summed over the window) a plan may leave short and still count as keeping it all.
+RESERVE_TOL = 1e-6
+
+
+def _solve_reserved(
+    ctx: WindowContext, compiled: CompiledWindows | None
+) -> tuple[Any, Callable[[int, dict[str, int]], Any] | None]:
+    """The window solved, its guard reserve lazily (``formulations/horizon.md``, "Guard reserve",
+    "Solved lazily"): the window without the reserve rows first; where its plan keeps the whole
+    reserve (the reserve model with that plan's vPods and rates fixed leaves none short) that plan
+    is optimal for the reserve model too (the same objective, and the plain optimum bounds the
+    reserve model's from below) and is the window's; else the reserve model is solved whole."""
+    if not ctx.reserved:
+        return _solve_once(ctx, compiled)
+    plain = replace(ctx, params=ctx.params.replace(reserve_forecast=None), reserve={})
+    res, read = _solve_once(plain, compiled)
+    if not res.has_plan or not ctx.reserve:
+        return res, read
+    v = res.values
+    fixed = {
+        "n_vpods": {k: float(round(x)) for k, x in v.get("n_vpods", {}).items()},
+        "rate": {k: max(float(x), 0.0) for k, x in v.get("rate", {}).items()},
+    }
+    check, _ = _solve_once(ctx, compiled, fixed)
+    short = sum(check.values.get("reserve_short", {}).values()) if check.has_plan else math.inf
+    if short <= RESERVE_TOL * max(1.0, sum(ctx.reserve.values())):
+        return res, read
+    return _solve_once(ctx, compiled)
+
+
 def _stationary_epoch(ctx: WindowContext, place: Iterable[int] | None) -> WindowContext | None:
     """The window's first epoch alone, when the window is that epoch held: no carried state (the
     warm start, no coupling into the first epoch), the same demand and inventory in every epoch,
@@ -233,6 +295,8 @@ def _stationary_epoch(ctx: WindowContext, place: Iterable[int] | None) -> Window
     t0 = ts[0]
     if any(ctx.demand.get((b, t), 0.0) != ctx.demand.get((b, t0), 0.0) for b in ctx.buckets for t in ts[1:]):
         return None
+    if any(ctx.reserve.get((b, t), 0.0) != ctx.reserve.get((b, t0), 0.0) for b in ctx.buckets for t in ts[1:]):
+        return None
     chips = {c for c, _t in ctx.inventory}
     if any(ctx.inventory.get((c, t)) != ctx.inventory.get((c, t0)) for c in chips for t in ts[1:]):
         return None
@@ -241,6 +305,7 @@ def _stationary_epoch(ctx: WindowContext, place: Iterable[int] | None) -> Window
         epochs=(t0,),
         demand={(b, t): v for (b, t), v in ctx.demand.items() if t == t0},
         inventory={(c, t): v for (c, t), v in ctx.inventory.items() if t == t0},
+        reserve={(b, t): v for (b, t), v in ctx.reserve.items() if t == t0},
     )
 
 
@@ -372,15 +437,23 @@ def plan_rolling(
     dems = [
         forecast_window(coeffs, fc_method, t, epochs[i : i + step], actual, prewarm=pre) for i, t in enumerate(epochs)
     ]
+    # the oracle knows the demand: no room kept for a forecast's miss
+    reserves = [
+        reserve_window(coeffs, params, t, epochs[i : i + step], dem, actual, pre) if fc_method != "oracle" else {}
+        for i, (t, dem) in enumerate(zip(epochs, dems, strict=True))
+    ]
     early = None
     if bound:
         expected = {(b, t): v for t, dem in zip(epochs, dems, strict=True) for (b, e), v in dem.items() if e == t}
         early = BoundBeside.start(coeffs, options, params, expected, inv, prep)
     try:
-        commits = _solve_windows(coeffs, opts, params, epochs, step, dems, inv, prep, keep, lim, tokens, progress)
+        commits = _solve_windows(
+            coeffs, opts, params, epochs, step, dems, inv, prep, keep, lim, tokens, progress, reserves
+        )
         meta = {
             "window": h,
             "forecast": fc_method,
+            "reserve_forecast": params.reserve_forecast,
             "solves": len(epochs),
             "lead_s": params.lead_s(float(coeffs.epoch_s)),
         }
@@ -424,6 +497,7 @@ def _solve_windows(
     lim: float | None,
     tokens: dict[str, float],
     progress: Callable[[int], Any] | None,
+    reserves: list[dict[tuple[str, int], float]] | None = None,
 ) -> list[tuple[EpochCommit, WindowContext]]:
     """The rolling plan's windows solved in turn (window i on the forecast ``dems[i]``); each
     committed epoch with the context of the window that committed it."""
@@ -435,8 +509,8 @@ def _solve_windows(
         win = epochs[i : i + step]
         dem = dems[i]
         ctx, plans, info, own = solve_with_tail(
-            lambda d, win=win, state=state: build_window(
-                coeffs, opts.start_budget("per-window"), params, win, d, inv, state, prep
+            lambda d, win=win, state=state, res=(reserves[i] if reserves else None): build_window(
+                coeffs, opts.start_budget("per-window"), params, win, d, inv, state, prep, res
             ),
             dem,
             win,

@@ -993,6 +993,13 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
             "committed so far, and only its first epoch was committed; the auto-scaling rules of the horizon "
             f"model couple the epochs. Windows: {counts or 'none'}{'; ' + stopped if stopped else ''} (table below)."
         )
+        if meta.get("reserve_forecast"):
+            text.append(
+                f"Guard reserve: beside the vPods planned for that forecast, each window kept room in the fleet "
+                f"for the `{meta['reserve_forecast']}` forecast (within each held group's growth limit), which "
+                "the surge guard grows into where the demand comes in above the plan "
+                '(formulations/horizon.md, "Guard reserve").'
+            )
     elif plan["method"] in ("milp", "greedy", "homogeneous", "unlimited"):
         text.append(
             f"Independent epochs: each of the {len(eps) or len(solution.epochs)} epochs was planned on its own "

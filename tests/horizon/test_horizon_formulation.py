@@ -22,6 +22,13 @@ for name, kind in re.findall(r"^#### `(\w+)` \((\w+)\)", DOC, flags=re.M):
     DOC_IDS.setdefault(kind, set()).add(name)
 #: Components built only when something is placed.
 PLACEMENT_ONLY = {"set": {"PLACED_SHAPES"}, "expression": {"placed_vpods"}, "block": {"placement"}}
+#: Components built only with a reserve forecaster (``HorizonParams.reserve_forecast``).
+RESERVE_ONLY = {
+    "set": {"RESERVE"},
+    "variable": {"reserve_rate", "reserve_vpods", "reserve_short"},
+    "constraint": {"reserve_coverage", "reserve_capacity", "reserve_growth", "reserve_inventory"},
+    "expression": {"reserve_term"},
+}
 #: Components built only by the relaxation bound of a rolling plan (``rolling.relaxation_bound``).
 BOUND_ONLY = {"set": {"USED"}, "constraint": {"held_if_used"}}
 #: Built only by the ratio ceiling (``rolling.ratio_bound``), on top of the bound's components.
@@ -40,10 +47,15 @@ KINDS = ("set", "variable", "constraint", "expression", "objective", "block")
 V5E, V4 = "tpu-v5e", "tpu-v4"
 
 
-def _full_model():
-    """A window with a carried state, a hold window and a failure, so that every family is built."""
+def _full_model(reserve: bool = True):
+    """A window with a carried state, a hold window, a failure and (``reserve``) a reserve
+    forecaster, so that every family is built."""
     coeffs = one_class([20.0, 20.0, 20.0], inventory={"x": 5, "y": 10}, second=True)
-    params = HorizonParams(create_energy_j_per_chip=10.0, delete_energy_j_per_chip=5.0)
+    params = HorizonParams(
+        create_energy_j_per_chip=10.0,
+        delete_energy_j_per_chip=5.0,
+        reserve_forecast="last-peak" if reserve else None,
+    )
     inv = {("x", 1): 5.0, ("x", 2): 3.0, ("y", 1): 10.0, ("y", 2): 10.0}
     state = State(
         epoch=0,
@@ -81,8 +93,10 @@ def _placed_model(placement: str):
 
 def test_document_and_model_name_the_same_components():
     ids = component_ids(_full_model())
+    plain = component_ids(_full_model(reserve=False))
     for kind in KINDS:
         assert ids[kind] == DOC_IDS.get(kind, set()) - PLACEMENT_ONLY.get(kind, set()) - _not_in_windows(kind), kind
+        assert plain[kind] == ids[kind] - RESERVE_ONLY.get(kind, set()), kind
 
 
 @pytest.mark.parametrize("placement", ["pattern", "exact"])

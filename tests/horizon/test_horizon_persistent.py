@@ -72,21 +72,31 @@ def spy(monkeypatch):
 
 def _fresh(monkeypatch):
     """Every window built afresh (the path before compiled windows)."""
-    monkeypatch.setattr(CompiledWindows, "solve", lambda self, ctx, options: None)
+    monkeypatch.setattr(CompiledWindows, "solve", lambda self, ctx, options, fixed=None: None)
 
 
 def _rows(sol) -> pd.DataFrame:
     return sol.allocations.sort_values(["epoch", "vpod_group", "config_id"], kind="mergesort").reset_index(drop=True)
 
 
-@pytest.mark.parametrize("method", ["oracle", "last-peak"])
-def test_compiled_windows_hand_highs_the_arrays_of_a_fresh_compile(spy, method):
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("oracle", PARAMS),
+        ("last-peak", PARAMS),
+        ("quantile", PARAMS.replace(reserve_forecast="last-peak")),  # the guard reserve's rows and numbers
+    ],
+)
+def test_compiled_windows_hand_highs_the_arrays_of_a_fresh_compile(spy, method, params):
     coeffs = two_class(RATES_A, RATES_B)
-    plan_rolling(coeffs, OPTS, PARAMS, method, window=3)
+    plan_rolling(coeffs, OPTS, params, method, window=3)
     # every window went through the compiled path (energy objective: every rate column is in the
     # objective, so no column depends on an absent row); rows came and went; all arrays equal
     assert spy["fallback"] == 0 and spy["diff"] == 0
-    assert spy["same"] == len(RATES_A)
+    if params.reserve_forecast is None:
+        assert spy["same"] == len(RATES_A)
+    else:  # each window solved without its reserve first, then checked (and solved whole) with it
+        assert spy["same"] > len(RATES_A)
     if method == "oracle":
         assert spy["masked"] > 0
 
@@ -110,12 +120,14 @@ def test_a_window_whose_column_would_move_is_built_afresh(spy):
         (two_class(RATES_A, RATES_B), "oracle", 3),
         (two_class(RATES_A, RATES_B), "last-peak", 4),
         (one_class([20.0, 0.0, 20.0, 20.0, 0.0, 10.0], second=True), "oracle", 2),
+        (two_class(RATES_A, RATES_B), "quantile", 3),
     ],
 )
 def test_the_plan_is_the_one_of_fresh_windows(monkeypatch, coeffs, method, window):
-    compiled = plan_rolling(coeffs, OPTS, PARAMS, method, window=window)
+    params = PARAMS.replace(reserve_forecast="last-peak") if method == "quantile" else PARAMS
+    compiled = plan_rolling(coeffs, OPTS, params, method, window=window)
     _fresh(monkeypatch)
-    fresh = plan_rolling(coeffs, OPTS, PARAMS, method, window=window)
+    fresh = plan_rolling(coeffs, OPTS, params, method, window=window)
     pd.testing.assert_frame_equal(_rows(compiled), _rows(fresh))
     assert compiled.objective_value == fresh.objective_value
     assert [e["window_nodes"] for e in compiled.epochs] == [e["window_nodes"] for e in fresh.epochs]
