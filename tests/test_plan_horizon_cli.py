@@ -71,3 +71,32 @@ def test_reports_of_horizon_plans_evaluate_them_as_schedules(tmp_path):
     assert "Independent evaluation (constraints re-checked, energy and money accounted" in text
     assert "on the planned demand): feasible." in text
     assert json.loads((out / "plan.json").read_text())["epochs"][3]["forecast_rps"]
+
+
+def test_reserve_forecast_flag_plans_a_schedule_with_the_guard_reserve(capsys, monkeypatch):
+    from neuscale_opt.horizon import plan as horizon_plan
+
+    seen = []
+    plan_rolling = horizon_plan.plan_rolling
+
+    def spy(coeffs, options, params, *args, **kw):
+        seen.append(params.reserve_forecast)
+        return plan_rolling(coeffs, options, params, *args, **kw)
+
+    monkeypatch.setattr(horizon_plan, "plan_rolling", spy)
+    # azure-conv.toml has no [horizon] table: the flag asks for a horizon plan, as --forecast does
+    argv = ["plan", str(INSTANCES / "azure-conv.toml"), "--forecast", "quantile", "--json", "-", "--quiet"]
+    code = main([*argv, "--reserve-forecast", "last-peak"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 0 and plan["status"] == "feasible"
+    assert seen == ["last-peak"]
+    assert "--reserve-forecast" in plan["provenance"]["command"]
+    assert main([*argv, "--reserve-forecast", "none"]) == 0
+    capsys.readouterr()
+    assert seen == ["last-peak", None]
+
+
+def test_reserve_forecast_on_independent_epochs_is_exit_2(capsys):
+    code = main(["plan", str(INSTANCES / "default.toml"), "--independent", "--reserve-forecast", "last-peak"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--independent" in err and "--reserve-forecast" in err and err.count("\n") == 1

@@ -37,6 +37,22 @@ if TYPE_CHECKING:
     from neuscale_opt.coefficients import Coefficients
 
 
+def with_reserve_forecast(inst: Any, name: str | None, independent: bool = False) -> Any:
+    """``inst`` with ``--reserve-forecast`` in its ``[horizon]`` table (a table of the defaults when it
+    has none: the flag asks for a horizon plan, as ``--forecast`` does); ``none`` drops the reserve."""
+    if name is None:
+        return inst
+    from neuscale_opt.instance import Horizon, Instance
+
+    if independent:
+        raise InputError("plans epochs independently; --reserve-forecast needs the horizon model", "--independent")
+    if not isinstance(inst, Instance):
+        raise InputError("needs an instance TOML with a trace (a horizon plan)", where="--reserve-forecast")
+    table = inst.horizon if inst.horizon is not None else Horizon()
+    table = table.model_copy(update={"reserve_forecast": None if name == "none" else name})
+    return inst.model_copy(update={"horizon": table})
+
+
 def _plan_args(p: argparse.ArgumentParser) -> None:
     from neuscale_opt.alloc.options import BACKENDS, METHODS, OBJECTIVES, PLACEMENTS, SERVINGS, VARIANTS
     from neuscale_opt.planning import HORIZON_ONLY
@@ -51,6 +67,13 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--window", type=int, default=None, metavar="H", help="rolling horizon window (epochs)")
     p.add_argument("--forecast", choices=FORECAST_METHODS, default=None, help="forecaster of the rolling horizon")
+    p.add_argument(
+        "--reserve-forecast",
+        choices=(*FORECAST_METHODS, "none"),
+        default=None,
+        help="keep room in the fleet for this forecaster's demand beside the plan (the guard reserve; "
+        "'none': no reserve; default: the instance's [horizon] reserve_forecast)",
+    )
     p.add_argument("--objective", choices=OBJECTIVES, default=None, help="override the instance's objective")
     p.add_argument("--variant", choices=VARIANTS, default=None, help="override planning.variant")
     p.add_argument("--serving", choices=SERVINGS, default=None, help="override planning.serving")
@@ -251,6 +274,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if sweep is not None and args.out is None:
         raise InputError("--sweep needs --out (it goes into the report)", "--sweep")
     coeffs, inst = load_plan_input(args.instance)
+    inst = with_reserve_forecast(inst, getattr(args, "reserve_forecast", None), args.independent)
     settle_heap()  # the instance, its coefficients and the modules stay for the whole command
     options = PlanOptions.from_instance(
         inst,

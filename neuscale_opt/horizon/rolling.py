@@ -453,7 +453,7 @@ def plan_rolling(
         meta = {
             "window": h,
             "forecast": fc_method,
-            "reserve_forecast": params.reserve_forecast,
+            "reserve_forecast": params.reserve_forecast if fc_method != "oracle" else None,
             "solves": len(epochs),
             "lead_s": params.lead_s(float(coeffs.epoch_s)),
         }

@@ -995,9 +995,9 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
         )
         if meta.get("reserve_forecast"):
             text.append(
-                f"Guard reserve: beside the vPods planned for that forecast, each window kept room in the fleet "
-                f"for the `{meta['reserve_forecast']}` forecast (within each held group's growth limit), which "
-                "the surge guard grows into where the demand comes in above the plan "
+                f"Guard reserve: beside the vPods planned for that forecast, each window kept room in the fleet, "
+                f"where the fleet had it, for the `{meta['reserve_forecast']}` forecast (within each held group's "
+                "growth limit), which the surge guard grows into where the demand comes in above the plan "
                 '(formulations/horizon.md, "Guard reserve").'
             )
     elif plan["method"] in ("milp", "greedy", "homogeneous", "unlimited"):

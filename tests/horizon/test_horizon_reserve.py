@@ -162,3 +162,15 @@ def test_the_lazy_reserve_finds_the_optimum_of_the_whole_reserve_model(inventory
     lazy, _read = _solve_reserved(ctx, None)
     assert whole.status == lazy.status == "optimal"
     assert lazy.objective == pytest.approx(whole.objective, rel=1e-9)
+
+
+def test_the_oracle_keeps_no_reserve():
+    # the oracle plans on the actual demand: its plan is the same with or without a reserve forecaster
+    coeffs = one_class([10.0, 30.0, 10.0, 10.0], inventory={"x": 3, "y": 10}, second=True)
+    plain = plan_rolling(coeffs, OPTS, HorizonParams(), "oracle", window=2, method="oracle")
+    kept = plan_rolling(coeffs, OPTS, RESERVED, "oracle", window=2, method="oracle")
+    assert kept.meta["reserve_forecast"] is None
+    assert kept.objective_value == pytest.approx(plain.objective_value)
+    assert kept.allocations[["epoch", "vpod_group", "n_vpods"]].equals(
+        plain.allocations[["epoch", "vpod_group", "n_vpods"]]
+    )
