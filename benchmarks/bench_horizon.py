@@ -228,6 +228,16 @@ and no memo 22.9, 22.0, 21.0 s (median 22.0: one horizon plan derived the safe l
 tables 38 times); with the memo 18.8, 20.3, 18.7 s (median 18.8, 1.04x ca836a1). The host is about
 1.6x slower than that of 2026-12-05 on the same code; the 12-s target of (d) is not met here.
 
+2026-12-06, later (load 0.3-0.6): the guard reserve (``formulations/horizon.md``, "Guard reserve"):
+``instances/default.toml`` plans on the quantile forecast keeping room for last-peak's, so (a) and
+(d) measure another plan. (a) 7.12 s wall (median of 3; the windows' HiGHS time 5.37 s; objective
+74,876,326 J, bound 72,137,823, gap 3.7 %; rows c9b41688...defdf). Single runs in one sequence: the
+last-peak plan without a reserve 4.36 s, the quantile plan without one 6.64 s (the same objective:
+no window of the default's plan gives up room), the reserve model solved whole in every window
+8.73 s, lazily (the window without its reserve first, kept where it keeps the room) 7.0 s. (d)
+24.95, 27.98, 30.74 s (median 28.0 s, 49.6 CPU-seconds): the oracle baseline alone takes 15.2-16.2 s
+(its first window 1,057 nodes), with or without the reserve, and is the longest path.
+
 Times are medians over ``--repeat`` runs; the machine is shared, so every figure is printed with
 the ``uptime`` load average at its start and is an upper bound of the quiet-machine time.
 """
