@@ -245,6 +245,22 @@ def _load(m: pyo.ConcreteModel, ctx: WindowContext, members: list[tuple[str, str
     return sum(m.rate[k, t] * (1.0 / c) for k, _b, _p, c in members)
 
 
+def _serving(m: pyo.ConcreteModel, ctx: WindowContext, coupled: set, g: str, t: int):
+    """n_{g,t} - delta y_{g,t}: the vPods' worth of serving capacity group g holds in epoch t (the
+    vPods created at t serve 1 - delta of it; the y-term only on COUPLED)."""
+    if (g, t) in coupled and ctx.delta > 0:
+        return m.n_vpods[g, t] - ctx.delta * m.created[g, t]
+    return m.n_vpods[g, t]
+
+
+def _by_chip(ctx: WindowContext) -> dict[str, list[tuple[str, float]]]:
+    """Generation -> its groups and their chips per vPod: (g, chips_g)."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for g, chip, w in zip(ctx.groups["group"], ctx.groups["chip"], ctx.groups["chips_per_vpod"], strict=True):
+        out.setdefault(str(chip), []).append((g, float(w)))
+    return out
+
+
 def add_demand_coverage(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     """**Constraint Name**: demand_coverage
 
@@ -280,12 +296,9 @@ def add_vpod_capacity(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
 
     def rule(_m: pyo.ConcreteModel, g: str, t: int):
         lhs = _load(_m, ctx, members[g], t)
-        rhs = _m.n_vpods[g, t]
-        if (g, t) in coupled and ctx.delta > 0:
-            rhs = rhs - ctx.delta * _m.created[g, t]
         if isinstance(lhs, (int, float)):
             return pyo.Constraint.Skip
-        return lhs <= rhs
+        return lhs <= _serving(_m, ctx, coupled, g, t)
 
     m.vpod_capacity = pyo.Constraint(m.GROUPS, m.EPOCHS, rule=rule)
 
@@ -299,9 +312,7 @@ def add_chip_inventory(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     """
     if len(m.CHIPS_T) == 0:
         return
-    by_chip: dict[str, list[tuple[str, float]]] = {}
-    for g, chip, w in zip(ctx.groups["group"], ctx.groups["chip"], ctx.groups["chips_per_vpod"], strict=True):
-        by_chip.setdefault(str(chip), []).append((g, float(w)))
+    by_chip = _by_chip(ctx)
 
     def rule(_m: pyo.ConcreteModel, c: str, t: int):
         return sum(w * _m.n_vpods[g, t] for g, w in by_chip.get(c, [])) <= _m.inventory_chips[c, t]
@@ -501,12 +512,7 @@ def add_reserve_capacity(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
 
     def rule(_m: pyo.ConcreteModel, g: str, t: int):
         lhs = _load(_m, ctx, members[g], t) + sum(_m.reserve_rate[k, t] * (1.0 / c) for k, _b, _p, c in members[g])
-        rhs = _m.n_vpods[g, t] + _m.reserve_vpods[g, t]
-        if (g, t) in coupled and ctx.delta > 0:
-            rhs = rhs - ctx.delta * _m.created[g, t]
-        if isinstance(lhs, (int, float)):
-            return pyo.Constraint.Skip
-        return lhs <= rhs
+        return lhs <= _serving(_m, ctx, coupled, g, t) + _m.reserve_vpods[g, t]
 
     m.reserve_capacity = pyo.Constraint(m.GROUPS, m.EPOCHS, rule=rule)
 
@@ -541,9 +547,7 @@ def add_reserve_inventory(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     """
     if not ctx.reserved or len(m.CHIPS_T) == 0:
         return
-    by_chip: dict[str, list[tuple[str, float]]] = {}
-    for g, chip, w in zip(ctx.groups["group"], ctx.groups["chip"], ctx.groups["chips_per_vpod"], strict=True):
-        by_chip.setdefault(str(chip), []).append((g, float(w)))
+    by_chip = _by_chip(ctx)
 
     def rule(_m: pyo.ConcreteModel, c: str, t: int):
         held = sum(w * (_m.n_vpods[g, t] + _m.reserve_vpods[g, t]) for g, w in by_chip.get(c, []))
