@@ -7,7 +7,8 @@ planned with ``--objective energy`` and with ``--objective cost`` (the instance'
 pooled default, SLO-attainment loads, tail classes):
 
 * ``milp`` - the rolling horizon MILP (window 3 epochs, the default; each scenario's own
-  forecaster, ``forecast_of``, or ``--forecast`` in every scenario);
+  forecaster, ``forecast_of``, or ``--forecast`` in every scenario, and its guard-reserve
+  forecaster, ``params_of``, or ``--reserve-forecast``);
 * ``oracle`` - the same fed with the actual future demand (energy objective only: the forecast's cost);
 * ``neuscale-autoscaler`` - NeuScale's reactive rules (best fit, fail-over, 2x growth, halving
   after 30 min, coalescing at 0.5, tail classes), sized as NeuScale publishes them: each class's
@@ -56,9 +57,10 @@ resp. money) at an equal or higher replayed SLO attainment. Results go to
 ``benchmarks/headline_results.md`` (and the rows to ``headline_results.json``).
 
 Run: ``.venv/bin/python benchmarks/headline.py [--quick] [--only LABEL,...] [--epochs N]
-[--provision-for burst] [--forecast NAME] [--extra] [--out PATH]``; ``--extra`` runs the same criterion on the six
-scenarios outside the shipped ones (``EXTRA``: other rates, models and the code trace at other
-scales, those of ``forecast_gap.py``) into ``benchmarks/headline_extra_results.md``
+[--provision-for burst] [--forecast NAME] [--reserve-forecast NAME|none] [--extra] [--out PATH]``;
+``--extra`` runs the same criterion on the six scenarios outside the shipped ones (``EXTRA``: other
+rates, models and the code trace at other scales, those of ``forecast_gap.py``) into
+``benchmarks/headline_extra_results.md``
 (one command; about 15-25 min on two shared cores). ``--quick``: 2 epochs of azure-conv x1.
 """
 
@@ -756,6 +758,7 @@ def write(runs: list[Run], out: str, total: float) -> str:
         f"Total run time {total:.0f} s."
         + (f' Every scenario with `workload.provision_for = "{PROVISION}"`.' if PROVISION else "")
         + (f" The MILP's forecaster in every scenario: `{FORECAST}`." if FORECAST else "")
+        + (f" The MILP's guard-reserve forecaster in every scenario: `{RESERVE}`." if RESERVE else "")
         + "\n"
     )
     Path(out).write_text(header + body, encoding="utf-8")
