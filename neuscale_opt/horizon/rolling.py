@@ -54,7 +54,9 @@ class EpochCommit:
     demand it was planned for, how it was found, and the placement rows of its vPods of placed
     generations (``Solution.placements`` rows; empty when nothing is placed). ``routes`` maps a
     configuration that runs on another group than its own (a tail class routed onto a held group's
-    spare capacity, ``alloc.tail``) to that group."""
+    spare capacity, ``alloc.tail``) to that group. ``reserve`` is the guard reserve asked per class
+    (req/s, ``formulations/horizon.md``, "Guard reserve"), ``reserve_short`` what of it the plan
+    could not keep room for (both empty without a reserve)."""
 
     epoch: int
     n: dict[str, int]
@@ -65,6 +67,8 @@ class EpochCommit:
     info: dict[str, Any]
     placements: tuple[dict[str, Any], ...] = ()
     routes: dict[str, str] = field(default_factory=dict)
+    reserve: dict[str, float] = field(default_factory=dict)
+    reserve_short: dict[str, float] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -224,7 +228,9 @@ def solve_window(
         rows: tuple[dict[str, Any], ...] = ()
         if t in realise and read is not None:
             rows = tuple(epoch_placement_rows(ctx, t, read(t, n), x, routes))
-        out[t] = EpochCommit(t, n, x, s, planned, res.status, {}, rows, routes)
+        reserve = {b: r for (b, tt), r in sorted(ctx.reserve.items()) if tt == t}
+        short = {str(b): val for (b, tt), val in v.get("reserve_short", {}).items() if tt == t and val > 1e-9}
+        out[t] = EpochCommit(t, n, x, s, planned, res.status, {}, rows, routes, reserve, short)
     return out, info, left
 
 
@@ -939,6 +945,16 @@ def assemble(
                 "unserved_rps": float(rec["unserved_rps"]),
                 "created_vpods": int(rec["created_vpods"]),
                 "deleted_vpods": int(rec["deleted_vpods"]),
+                **(
+                    {
+                        "reserve_rps": {b: float(r) for b, r in sorted(c.reserve.items())},
+                        "reserve_kept_rps": {
+                            b: max(float(r) - c.reserve_short.get(b, 0.0), 0.0) for b, r in sorted(c.reserve.items())
+                        },
+                    }
+                    if c.reserve
+                    else {}
+                ),
                 **({"window_gap": float(c.info["gap"])} if "gap" in c.info else {}),
                 **({"window_nodes": int(c.info["nodes"])} if "nodes" in c.info else {}),
                 **({"solve_seconds": float(c.info["solve_seconds"])} if "solve_seconds" in c.info else {}),

@@ -994,12 +994,7 @@ def _solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluatio
             f"model couple the epochs. Windows: {counts or 'none'}{'; ' + stopped if stopped else ''} (table below)."
         )
         if meta.get("reserve_forecast"):
-            text.append(
-                f"Guard reserve: beside the vPods planned for that forecast, each window kept room in the fleet, "
-                f"where the fleet had it, for the `{meta['reserve_forecast']}` forecast (within each held group's "
-                "growth limit), which the surge guard grows into where the demand comes in above the plan "
-                '(formulations/horizon.md, "Guard reserve").'
-            )
+            text.append(reserve_sentence(str(meta["reserve_forecast"]), eps, epoch_s))
     elif plan["method"] in ("milp", "greedy", "homogeneous", "unlimited"):
         text.append(
             f"Independent epochs: each of the {len(eps) or len(solution.epochs)} epochs was planned on its own "
@@ -1236,3 +1231,25 @@ def timing(solution, baselines: dict[str, Any] | None = None) -> dict[str, Any]:
         },
         "baselines": {name: round(float(sol.solve_seconds), 6) for name, (sol, _) in sorted((baselines or {}).items())},
     }
+
+
+def reserve_sentence(forecaster: str, eps: list[dict], epoch_s: float) -> str:
+    """What the guard reserve of a rolling plan asked and kept (the epochs' ``reserve_rps`` and
+    ``reserve_kept_rps``, ``formulations/horizon.md``, "Guard reserve")."""
+    asked = {int(e["epoch"]): sum(e.get("reserve_rps", {}).values()) for e in eps}
+    kept = {int(e["epoch"]): sum(e.get("reserve_kept_rps", {}).values()) for e in eps}
+    text = (
+        "Guard reserve: beside the vPods planned for that forecast, each window kept room in the fleet for the "
+        f"`{forecaster}` forecast (within each held group's growth limit), which the surge guard grows into where "
+        'the demand comes in above the plan (formulations/horizon.md, "Guard reserve")'
+    )
+    total = sum(asked.values())
+    if total <= 0:
+        return text + f"; the `{forecaster}` forecast was never above the plan's, so no room was asked."
+    short = [t for t in sorted(asked) if asked[t] - kept[t] > 1e-6 * max(asked[t], 1.0)]
+    text += f": room for {fmt(sum(kept.values()))} of the {fmt(total)} req/s asked, summed over the epochs"
+    if short:
+        text += "; short, for want of room in the fleet or within the groups' growth limit, at " + ", ".join(
+            f"{clock(t * epoch_s)} ({fmt(kept[t])} of {fmt(asked[t])})" for t in short
+        )
+    return text + "."

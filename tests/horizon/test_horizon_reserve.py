@@ -138,6 +138,33 @@ def test_a_rolling_plan_keeps_room_for_the_last_peak():
         assert n_plain[t] == n_kept[t] == {"big|A": 1}
     assert n_plain[3] == {"big|A": 1, "small|A": 2}
     assert n_kept[3] == {"small|A": 5}
+    # the epochs say what was asked and kept: 2 req/s at epoch 3, all of it; nothing before
+    by_epoch = {e["epoch"]: e for e in kept.epochs}
+    assert by_epoch[3]["reserve_rps"] == pytest.approx({"A": 2.0})
+    assert by_epoch[3]["reserve_kept_rps"] == pytest.approx({"A": 2.0})
+    assert not any("reserve_rps" in by_epoch[t] for t in (0, 1, 2))
+    assert not any("reserve_rps" in e for e in plain.epochs)
+
+
+def test_a_reserve_the_fleet_cannot_hold_is_reported_short():
+    # as above on 8 chips: at epoch 3 (forecast 18, reserve 2) four small vPods (16 req/s, every chip)
+    # are the most the fleet serves, 2 req/s unserved (60 kJ) against big x1's 8 (240 kJ); no room
+    # is left, so none of the reserve is kept
+    rows = [
+        vpod("x", "A", rate=10, static_w=100, chips=8, name="big"),
+        vpod("x", "A", rate=4, static_w=38, chips=2, name="small"),
+    ]
+    rates = [10.0, 10.0, 20.0, 18.0]
+    coeffs = make_coefficients(
+        rows, {(t, "A"): r for t, r in enumerate(rates)}, inventory={"x": 8}, epoch_s=300.0, util_cap=1.0
+    )
+    sol = plan_rolling(coeffs, OPTS, HorizonParams(forecast="quantile", coupling=False, reserve_forecast="last-peak"))
+    e3 = next(e for e in sol.epochs if e["epoch"] == 3)
+    held3 = sol.allocations[sol.allocations["epoch"] == 3]
+    assert dict(zip(held3["vpod_group"], held3["n_vpods"], strict=True)) == {"small|A": 4}
+    assert e3["unserved_rps"] == pytest.approx(2.0)
+    assert e3["reserve_rps"] == pytest.approx({"A": 2.0})
+    assert e3["reserve_kept_rps"] == pytest.approx({"A": 0.0}, abs=1e-6)
 
 
 def test_an_unknown_reserve_forecaster_is_refused():
