@@ -103,6 +103,20 @@ def test_the_rolling_reserve_is_the_second_forecast_above_the_first():
     assert reserve_window(coeffs, HorizonParams(), 2, [2], lean, actual) == {}
 
 
+def _rising(inventory: float):
+    """Class A at 10, 10, 20, 18 req/s over four 300-s epochs on ``inventory`` chips of x: ``big``
+    vPods (8 chips, 10 req/s, 100 W: 30 kJ an epoch) and ``small`` ones (2 chips, 4 req/s, 38 W:
+    11.4 kJ); unserved 100 J per request, a request per second of reserve not kept 3 kJ."""
+    rows = [
+        vpod("x", "A", rate=10, static_w=100, chips=8, name="big"),
+        vpod("x", "A", rate=4, static_w=38, chips=2, name="small"),
+    ]
+    rates = [10.0, 10.0, 20.0, 18.0]
+    return make_coefficients(
+        rows, {(t, "A"): r for t, r in enumerate(rates)}, inventory={"x": inventory}, epoch_s=300.0, util_cap=1.0
+    )
+
+
 def test_a_rolling_plan_keeps_room_for_the_last_peak():
     # class A at 10, 10, 20, 18 req/s on 12 chips of x (big: 8 chips, 10 req/s, 30 kJ an epoch; small:
     # 2 chips, 4 req/s, 11.4 kJ; unserved 100 J per request, reserve not kept 3 kJ per req/s), epochs
@@ -114,14 +128,7 @@ def test_a_rolling_plan_keeps_room_for_the_last_peak():
     #     (18 req/s, 52.8 kJ) against small x5 (57 kJ); with it big x1 + small x2 fills the 12 chips
     #     and keeps no room (2 short: 52.8 + 6 = 58.8 kJ) while small x5 holds 10 chips with room for
     #     one more small vPod (24 >= 20: 57 kJ)
-    rows = [
-        vpod("x", "A", rate=10, static_w=100, chips=8, name="big"),
-        vpod("x", "A", rate=4, static_w=38, chips=2, name="small"),
-    ]
-    rates = [10.0, 10.0, 20.0, 18.0]
-    coeffs = make_coefficients(
-        rows, {(t, "A"): r for t, r in enumerate(rates)}, inventory={"x": 12}, epoch_s=300.0, util_cap=1.0
-    )
+    coeffs = _rising(12)
     lean = HorizonParams(forecast="quantile", coupling=False)
 
     def held(params):
@@ -150,14 +157,7 @@ def test_a_reserve_the_fleet_cannot_hold_is_reported_short():
     # as above on 8 chips: at epoch 3 (forecast 18, reserve 2) four small vPods (16 req/s, every chip)
     # are the most the fleet serves, 2 req/s unserved (60 kJ) against big x1's 8 (240 kJ); no room
     # is left, so none of the reserve is kept
-    rows = [
-        vpod("x", "A", rate=10, static_w=100, chips=8, name="big"),
-        vpod("x", "A", rate=4, static_w=38, chips=2, name="small"),
-    ]
-    rates = [10.0, 10.0, 20.0, 18.0]
-    coeffs = make_coefficients(
-        rows, {(t, "A"): r for t, r in enumerate(rates)}, inventory={"x": 8}, epoch_s=300.0, util_cap=1.0
-    )
+    coeffs = _rising(8)
     sol = plan_rolling(coeffs, OPTS, HorizonParams(forecast="quantile", coupling=False, reserve_forecast="last-peak"))
     e3 = next(e for e in sol.epochs if e["epoch"] == 3)
     held3 = sol.allocations[sol.allocations["epoch"] == 3]
