@@ -95,9 +95,14 @@ ROOT = Path(__file__).resolve().parents[1]
 WINDOW = 3
 
 
+def shipped_params() -> HorizonParams:
+    """The shipped default instance's horizon parameters (``instances/default.toml``, ``[horizon]``)."""
+    return HorizonParams.from_instance(load_instance(ROOT / "instances" / "default.toml"))
+
+
 def shipped_forecast() -> str:
-    """The shipped default instance's forecaster (``instances/default.toml``, ``horizon.forecast``)."""
-    return HorizonParams.from_instance(load_instance(ROOT / "instances" / "default.toml")).forecast
+    """The shipped default instance's forecaster (``horizon.forecast``)."""
+    return shipped_params().forecast
 
 
 #: ``--forecast``: the MILP's forecaster in every scenario (None: :func:`forecast_of`)
@@ -112,8 +117,7 @@ def params_of(inst: Instance) -> HorizonParams:
     instance's guard-reserve forecaster; ``--reserve-forecast`` wins ('none': no reserve)."""
     params = HorizonParams.from_instance(inst)
     if inst.horizon is None:
-        shipped = HorizonParams.from_instance(load_instance(ROOT / "instances" / "default.toml"))
-        params = params.replace(reserve_forecast=shipped.reserve_forecast)
+        params = params.replace(reserve_forecast=shipped_params().reserve_forecast)
     if RESERVE is not None:
         params = params.replace(reserve_forecast=None if RESERVE == "none" else RESERVE)
     return params

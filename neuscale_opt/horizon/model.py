@@ -261,6 +261,15 @@ def _by_chip(ctx: WindowContext) -> dict[str, list[tuple[str, float]]]:
     return out
 
 
+def _class_members(ctx: WindowContext) -> dict[tuple[str, str], list[str]]:
+    """(class b, phase p) -> the configurations serving b in phase p (the sums of ``demand_coverage``
+    and ``reserve_coverage``)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for k, b, p in zip(ctx.configs["config_id"], ctx.configs["bucket"], ctx.configs["phase"], strict=True):
+        out.setdefault((str(b), str(p)), []).append(k)
+    return out
+
+
 def add_demand_coverage(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     """**Constraint Name**: demand_coverage
 
@@ -270,9 +279,7 @@ def add_demand_coverage(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     """
     if len(m.COVER) == 0:
         return
-    members: dict[tuple[str, str], list[str]] = {}
-    for k, b, p in zip(ctx.configs["config_id"], ctx.configs["bucket"], ctx.configs["phase"], strict=True):
-        members.setdefault((str(b), str(p)), []).append(k)
+    members = _class_members(ctx)
 
     def rule(_m: pyo.ConcreteModel, b: str, p: str, t: int):
         return sum(_m.rate[k, t] for k in members.get((b, p), [])) + _m.unserved[b, t] == _m.demand_rps[b, t]
@@ -485,9 +492,7 @@ def add_reserve_coverage(m: pyo.ConcreteModel, ctx: WindowContext) -> None:
     """
     if not ctx.reserved or len(m.RESERVE) == 0:
         return
-    members: dict[tuple[str, str], list[str]] = {}
-    for k, b, p in zip(ctx.configs["config_id"], ctx.configs["bucket"], ctx.configs["phase"], strict=True):
-        members.setdefault((str(b), str(p)), []).append(k)
+    members = _class_members(ctx)
 
     def rule(_m: pyo.ConcreteModel, b: str, p: str, t: int):
         served = sum(_m.reserve_rate[k, t] for k in members.get((b, p), []))

@@ -715,7 +715,7 @@ def run(
             resize(g, eg.n_vpods, t, ready_now)
         for g in groups.values():  # a surge vPod a boundary keeps is one of the plan's from now on
             for v in g.live:
-                if v.surge and v.surge_to != v.surge_to:
+                if v.surge and math.isnan(v.surge_to):
                     v.surge_to = t
         route.clear()
         droute.clear()
