@@ -18,6 +18,11 @@ allocation rows and the coefficient tables only:
   epoch, generation, shape and group), and reports a plan that holds vPods of placed generations
   without placement rows as ``unplaced``.
 
+* the run-time surge guard on the demand that came (:func:`guard_as_run`, ``formulations/horizon.md``,
+  "The guard, as run", G1-G4): the vPods it will add where a plan sized on a forecast meets more
+  demand than its groups and the overflow to other groups can take, and their energy and money
+  (``guard_*`` in the totals and per epoch), apart from the plan's own.
+
 The objective recomputed here equals the horizon MILP's (relative 1e-6): the tests check it.
 """
 
@@ -34,6 +39,7 @@ from neuscale_opt.alloc.attainment import row_shares
 from neuscale_opt.alloc.evaluate import evaluate
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.coefficients import J_PER_KWH, Coefficients
+from neuscale_opt.energy import arrival_ratio, busy_energy_rate_w, static_energy_j
 from neuscale_opt.horizon.context import inventory_dropped
 from neuscale_opt.horizon.params import FLOOR_EPS, HorizonParams
 
@@ -59,17 +65,26 @@ def _ok(lhs: float, rhs: float) -> bool:
     return lhs <= rhs + RTOL * max(1.0, abs(rhs))
 
 
+def _row_loads(
+    allocations: pd.DataFrame, coeffs: Coefficients, options: PlanOptions
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the allocation rows with ``_load`` = rate / (u_k mu_k) in vPods, their configuration rows)."""
+    cfg = coeffs.configs.set_index("config_id")
+    rows = allocations.reset_index(drop=True).copy()
+    ref = cfg.loc[rows["config_id"]].reset_index()
+    rows["_full"] = ref["max_rate_rps"].astype(float).to_numpy()
+    rows["_cap"] = row_shares(ref, coeffs, options) * rows["_full"].to_numpy()
+    rows["_load"] = rows["rate_rps"].astype(float).to_numpy() / rows["_cap"].to_numpy()
+    return rows, ref
+
+
 def group_table(allocations: pd.DataFrame, coeffs: Coefficients, options: PlanOptions) -> pd.DataFrame:
     """One row per (epoch, vpod_group): ``n`` vPods, ``load`` = sum of rate / (u_k mu_k) of its rows
     (u_k from ``alloc.attainment.row_shares``), ``chip``, ``chips_per_vpod``, ``vpod_type``."""
     cols = ["epoch", "vpod_group", "n", "load", "chip", "chips_per_vpod", "vpod_type"]
     if allocations.empty:
         return pd.DataFrame(columns=cols)
-    cfg = coeffs.configs.set_index("config_id")
-    rows = allocations.copy()
-    ref = cfg.loc[rows["config_id"]].reset_index()
-    cap = row_shares(ref, coeffs, options) * ref["max_rate_rps"].astype(float).to_numpy()
-    rows["_load"] = rows["rate_rps"].astype(float).to_numpy() / cap
+    rows, _ = _row_loads(allocations, coeffs, options)
     out = (
         rows.groupby(["epoch", "vpod_group"], sort=True)
         .agg(
@@ -94,6 +109,224 @@ def _flat_inventory(solution: Any, coeffs: Coefficients, chip: str, inv: dict[tu
     if math.isinf(base) or chip not in set(coeffs.pods["chip"].astype(str)):
         return math.inf
     return max([base, *(h for (c, _t), h in inv.items() if c == chip)])
+
+
+def _overflow_capacity(coeffs: Coefficients) -> dict[tuple[str, str], float]:
+    """(vPod type, class) -> mu (req/s per vPod at full rate) of the candidate table's feasible
+    rows: the classes a vPod type serves within their SLO and memory, as the replay's overflow
+    router reads them."""
+    cfg = coeffs.configs
+    ok = cfg[cfg["feasible"].to_numpy(bool)] if "feasible" in cfg.columns else cfg
+    if ok.empty:
+        return {}
+    full = ok["max_rate_rps"].astype(float).to_numpy()
+    return {
+        (str(v), str(b)): float(c)
+        for v, b, c in zip(ok["vpod_type"].astype(str), ok["bucket"].astype(str), full, strict=True)
+        if c > 0
+    }
+
+
+def _absorbed(
+    groups: pd.DataFrame,
+    demand: dict[str, float],
+    own_full: dict[tuple[str, int], float],
+    full_of: dict,
+    hot: np.ndarray,
+) -> np.ndarray:
+    """Per group, whether the held groups take the demand that came at their full rates, each class
+    moved to any group whose vPod type serves it (the replay's overflow router): an LP (HiGHS
+    through scipy) that minimises the vPods missing at full rate, missing only in the ``hot``
+    groups (the others keep up with their own classes); True where that group misses none."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    n = groups["n"].to_numpy(dtype=float)
+    types = groups["vpod_type"].astype(str).tolist()
+    ng = len(types)
+    classes = sorted(b for b, r in demand.items() if r > 0)
+    pairs = [
+        (k, j, own_full.get((b, j), full_of.get((types[j], b), 0.0))) for k, b in enumerate(classes) for j in range(ng)
+    ]
+    pairs = [p for p in pairs if p[2] > 0]
+    nx, nk = len(pairs), len(classes)
+    cover = np.zeros((nk, nx + ng))
+    load = np.zeros((ng, nx + ng))
+    for i, (k, j, c) in enumerate(pairs):
+        cover[k, i] = 1.0
+        load[j, i] = 1.0 / c
+    load[np.arange(ng), nx + np.arange(ng)] = -1.0
+    rhs = np.array([demand[b] for b in classes])
+    res = milp(
+        np.concatenate([np.zeros(nx), np.ones(ng)]),
+        constraints=[LinearConstraint(cover, rhs, rhs), LinearConstraint(load, -np.inf, n)],
+        bounds=Bounds(np.zeros(nx + ng), np.concatenate([np.full(nx, np.inf), np.where(hot, np.inf, 0.0)])),
+    )
+    if res.x is None:  # cannot happen: every class fits its own groups, the hot ones with vPods missing
+        return np.zeros(ng, dtype=bool)
+    return res.x[nx:] <= 1e-6
+
+
+def _guard_vpods(
+    groups: pd.DataFrame,
+    rows: pd.DataFrame,
+    full_of: dict[tuple[str, str], float],
+    free: dict[tuple[int, str], float],
+    t: int,
+    gamma: float,
+) -> np.ndarray:
+    """G2-G3 of epoch ``t``: the guard's vPods per group (``groups`` of the epoch, ``rows`` its
+    allocation rows with the rate that came, ``_came`` x ``_cap``)."""
+    n = groups["n"].to_numpy(dtype=float)
+    w = groups["w"].to_numpy(dtype=float)
+    at = {g: i for i, g in enumerate(groups["vpod_group"].astype(str))}
+    full_load = np.zeros(len(at))
+    safe_load = np.zeros(len(at))
+    own_full: dict[tuple[str, int], float] = {}
+    demand: dict[str, float] = {}
+    came = rows["_came"].to_numpy(dtype=float) * rows["_cap"].to_numpy(dtype=float)
+    for b, g, r, c, f in zip(
+        rows["bucket"].astype(str), rows["vpod_group"].astype(str), came, rows["_cap"], rows["_full"], strict=True
+    ):
+        j = at[g]
+        demand[b] = demand.get(b, 0.0) + float(r)
+        own_full[(b, j)] = float(f)
+        full_load[j] += float(r) / float(f)
+        safe_load[j] += float(r) / float(c)
+    hot = full_load > n * (1 + RTOL)  # G2: the group's queue grows at the rate that came ...
+    if hot.any():
+        hot &= ~_absorbed(groups, demand, own_full, full_of, hot)  # ... and the other groups cannot take it
+    want = np.where(hot, np.minimum(np.ceil(safe_load - n - RTOL), np.ceil(gamma * n - 1e-9) - n), 0.0)
+    chips = groups["chip"].astype(str).tolist()
+    out = np.zeros(len(at))
+    for j in np.flatnonzero(want > 0):  # G3, in key order
+        room = free.get((t, chips[j]), math.inf)
+        fits = want[j] if math.isinf(room) else min(want[j], max(math.floor(room / w[j] + 1e-9), 0))
+        if fits > 0:
+            out[j] = fits
+            free[(t, chips[j])] = room - fits * w[j]
+    return out
+
+
+#: the guard's columns of :func:`guard_as_run` (per epoch and in the totals)
+GUARD_COLUMNS = (
+    "guard_vpods",
+    "guard_chip_hours",
+    "guard_static_j",
+    "guard_busy_j",
+    "guard_energy_j",
+    "guard_cost_usd",
+    "guard_carbon_kg",
+)
+
+
+def guard_as_run(
+    solution: Any,
+    coeffs: Coefficients,
+    params: HorizonParams,
+    demand: pd.DataFrame,
+    inventory: dict[tuple[str, int], float],
+    epochs: list[int],
+) -> pd.DataFrame:
+    """The run-time surge guard's vPods the schedule calls for on the demand that came
+    (``formulations/horizon.md``, "The guard, as run", G1-G4), one row per epoch with
+    :data:`GUARD_COLUMNS` (energy at the facility, its static and busy parts before PUE).
+
+    ``demand``: the demand the plan was sized for (``rate_rps``; with the actual mean rates
+    ``mean_rps``); ``coeffs.demand``'s ``rate_rps`` is the demand that came. G1: a group's load on
+    the demand that came, each row's load times its class's actual / planned rate. G2: a group
+    whose load at full rate (u = 1) exceeds its ``n`` vPods, where the other held groups cannot take
+    the excess either (each class on any group whose vPod type serves it, as the replay's overflow
+    router moves it), gets ``ceil(load - n)`` vPods at the plan's rate per vPod, at most
+    ``ceil(gamma n) - n``. G3: inside each generation's chips left free by the vPods held during the
+    epoch (its own and the next epoch's, as the replay's pre-warm holds them), granted group by
+    group in key order. G4: each held from ``create_delay_s`` after the epoch starts to its end, at its static
+    power and price, plus the weight streaming its smaller batches add (E2 at ``n + m`` vPods
+    against ``n``)."""
+    out = pd.DataFrame({"epoch": epochs, **{c: 0.0 for c in GUARD_COLUMNS}})
+    alloc = solution.allocations
+    hold_s = max(float(coeffs.epoch_s) - float(params.create_delay_s), 0.0)
+    if alloc.empty or hold_s <= 0:
+        return out
+    rows, ref = _row_loads(alloc, coeffs, solution.options)
+    key = ["epoch", "bucket"]
+    came = coeffs.demand.set_index([coeffs.demand["epoch"].astype(int), coeffs.demand["bucket"].astype(str)])
+    sized = demand.set_index([demand["epoch"].astype(int), demand["bucket"].astype(str)])
+    at = pd.MultiIndex.from_arrays([rows["epoch"].astype(int), rows["bucket"].astype(str)], names=key)
+    actual = came["rate_rps"].astype(float).reindex(at).fillna(0.0).to_numpy()
+    planned = sized["rate_rps"].astype(float).reindex(at).fillna(0.0).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(planned > 0, actual / np.where(planned > 0, planned, 1.0), 1.0)
+    rows["_came"] = rows["_load"].to_numpy() * ratio  # G1
+    rate = rows["rate_rps"].astype(float).to_numpy()
+    arriving = arrival_ratio(rows, demand, coeffs.buckets) * rate
+    n_row = rows["n_vpods"].astype(float).to_numpy()
+    gkey = [f"{e}|{g}" for e, g in zip(rows["epoch"].astype(int), rows["vpod_group"].astype(str), strict=True)]
+    groups = (
+        rows.groupby(["epoch", "vpod_group"], sort=True)
+        .agg(
+            n=("n_vpods", "max"),
+            chip=("chip", "first"),
+            w=("chips_per_vpod", "first"),
+            vpod_type=("vpod_type", "first"),
+            first=("_came", lambda x: x.index[0]),  # a row of the group (its per-vPod columns)
+        )
+        .reset_index()
+    )
+    # G3: chips of each generation free during epoch t (its vPods and the next epoch's held)
+    per_type = groups.groupby(["epoch", "vpod_type"]).agg(n=("n", "sum"), w=("w", "first"), chip=("chip", "first"))
+    free: dict[tuple[int, str], float] = {}
+    chips_of = sorted(set(groups["chip"].astype(str)))
+    for t in epochs:
+        nxt = t + 1 if t + 1 in epochs else t
+        for c in chips_of:
+            free[(t, c)] = min(inventory.get((c, t), math.inf), inventory.get((c, nxt), math.inf))
+    types = sorted({str(v) for v in groups["vpod_type"]})
+    for t in epochs:
+        for vt in types:
+            here = [per_type.loc[(k, vt)] for k in (t, t + 1) if (k, vt) in per_type.index]
+            if here:
+                held = max(float(r["n"]) for r in here)
+                free[(t, str(here[0]["chip"]))] -= held * float(here[0]["w"])
+    # G2 and G3, epoch by epoch
+    full_of = _overflow_capacity(coeffs)
+    extra = np.zeros(len(groups))
+    for t in epochs:
+        gi = np.flatnonzero(groups["epoch"].astype(int).to_numpy() == t)
+        mine = rows[rows["epoch"].astype(int) == t]
+        if len(gi) and len(mine):
+            extra[gi] = _guard_vpods(groups.iloc[gi], mine, full_of, free, t, params.growth_max)
+    if not extra.any():
+        return out
+    # G4: held hold_s at static power and price; weight streaming at n + m vPods against n
+    m_of = dict(
+        zip((f"{e}|{g}" for e, g in zip(groups["epoch"], groups["vpod_group"], strict=True)), extra, strict=True)
+    )
+    m_row = np.array([m_of[k] for k in gkey])
+    busy_w = busy_energy_rate_w(ref, arriving, n_row + m_row, gkey) - busy_energy_rate_w(ref, arriving, n_row, gkey)
+    busy_w = np.where(m_row > 0, busy_w, 0.0)
+    first = groups["first"].astype(int).to_numpy()
+    static_w, price_h, emb_h = (
+        np.nan_to_num(ref[c].astype(float).to_numpy()[first], nan=0.0)
+        for c in ("static_power_w", "price_usd_per_hour", "embodied_kg_per_hour")
+    )
+    kg_per_j = coeffs.carbon_kg_per_kwh / J_PER_KWH
+    g_epoch = groups["epoch"].astype(int).to_numpy()
+    r_epoch = rows["epoch"].astype(int).to_numpy()
+    for j, t in enumerate(epochs):
+        ge, re_ = g_epoch == t, r_epoch == t
+        static_j = float(static_energy_j(static_w[ge], extra[ge] * hold_s).sum())
+        busy_j = float(busy_w[re_].sum()) * hold_s
+        energy = coeffs.pue * (static_j + busy_j)
+        out.loc[j, GUARD_COLUMNS] = [
+            float(extra[ge].sum()),
+            float((extra[ge] * groups["w"].to_numpy(dtype=float)[ge]).sum()) * hold_s / 3600.0,
+            static_j,
+            busy_j,
+            energy,
+            float((price_h[ge] * extra[ge]).sum()) * hold_s / 3600.0,
+            energy * kg_per_j + float((emb_h[ge] * extra[ge]).sum()) * hold_s / 3600.0,
+        ]
+    return out
 
 
 def evaluate_schedule(
@@ -223,7 +456,12 @@ def evaluate_schedule(
     by_epoch["carbon_kg"] = by_epoch["carbon_kg"] + reconfig_j * kg_per_j
     for c in sorted(base_inv):
         by_epoch[f"chips_{c}"] = [float(used.get((int(t), c), 0.0)) for t in by_epoch["epoch"]]
+    # the surge guard's vPods on the demand that came (not in energy_j / cost_usd: the plan's own)
+    guard = guard_as_run(solution, coeffs, params, dem, inv, [int(t) for t in by_epoch["epoch"]])
+    for c in GUARD_COLUMNS:
+        by_epoch[c] = guard[c].to_numpy()
     totals = dict(ev.totals)
+    totals.update({c: float(guard[c].sum()) for c in GUARD_COLUMNS})
     energy = float(by_epoch["energy_j"].sum())
     cost = float(by_epoch["cost_usd"].sum())
     totals.update(

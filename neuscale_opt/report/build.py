@@ -923,6 +923,7 @@ def _risks(
                 "and cost) "
                 "where arrivals outran the plan"
             )
+        s += guard_expected_text((plan.get("totals") or {}).get("guard_chip_hours"), surged)
         parts.append(s + " [replay](#replay)")
     fe = forecast_errors(plan)
     if rolling and not fe.empty:
@@ -1231,6 +1232,18 @@ def timing(solution, baselines: dict[str, Any] | None = None) -> dict[str, Any]:
         },
         "baselines": {name: round(float(sol.solve_seconds), 6) for name, (sol, _) in sorted((baselines or {}).items())},
     }
+
+
+def guard_expected_text(chip_hours: Any, surged: int) -> str:
+    """The evaluator's estimate of the surge guard on the demand that came (a schedule's
+    ``guard_chip_hours``, ``formulations/horizon.md``, "The guard, as run"), beside what the replay's
+    guard did; '' for a plan without the estimate or where neither added any."""
+    if chip_hours is None or not math.isfinite(float(chip_hours)) or (float(chip_hours) <= 0 and not surged):
+        return ""
+    return (
+        f" (the evaluator expected {fmt(float(chip_hours))} guard chip-hours on the demand that came: "
+        'formulations/horizon.md, "The guard, as run")'
+    )
 
 
 def reserve_sentence(forecaster: str, eps: list[dict], epoch_s: float) -> str:

@@ -295,3 +295,22 @@ def test_risks_name_the_surge_guards_vpods():
     assert "surge guard added 3 vPods (17.6 chip-hours beyond the plan" in text
     mine.update(surge_vpods=0, surge_chip_hours=0.0)
     assert "surge guard" not in _risks(plan, mine, {}, 0.99, 300.0, {}, rolling=False)
+
+
+def test_risks_set_the_evaluators_guard_estimate_beside_the_replays():
+    # a schedule's totals carry the evaluator's estimate of the guard on the demand that came
+    # (formulations/horizon.md, "The guard, as run"): the risks quote it beside what the guard did
+    from neuscale_opt.report.build import _risks
+
+    plan = {"method": "milp", "epochs": [], "totals": {"unserved_rps": 0.0, "guard_chip_hours": 4.8}}
+    mine = {"requests": 1000, "slo_met": 990, "unserved": 0, "surge_vpods": 3, "surge_chip_hours": 4.95}
+    text = _risks(plan, mine, {}, 0.99, 300.0, {}, rolling=True)
+    assert "surge guard added 3 vPods (4.95 chip-hours" in text
+    assert "the evaluator expected 4.80 guard chip-hours on the demand that came" in text
+    # neither the guard nor the estimate: nothing said; a plan without the estimate: nothing said
+    plan["totals"]["guard_chip_hours"] = 0.0
+    mine.update(surge_vpods=0, surge_chip_hours=0.0)
+    assert "evaluator expected" not in _risks(plan, mine, {}, 0.99, 300.0, {}, rolling=True)
+    del plan["totals"]["guard_chip_hours"]
+    mine.update(surge_vpods=2, surge_chip_hours=1.0)
+    assert "evaluator expected" not in _risks(plan, mine, {}, 0.99, 300.0, {}, rolling=True)
