@@ -273,20 +273,25 @@ def guard_as_run(
         .reset_index()
     )
     # G3: chips of each generation free during epoch t (its vPods and the next epoch's held)
-    per_type = groups.groupby(["epoch", "vpod_type"]).agg(n=("n", "sum"), w=("w", "first"), chip=("chip", "first"))
+    held_n: dict[tuple[int, str], float] = {}
+    type_chip: dict[str, tuple[str, float]] = {}
+    for e, vt, nn, c, w in zip(
+        groups["epoch"].astype(int),
+        groups["vpod_type"].astype(str),
+        groups["n"],
+        groups["chip"],
+        groups["w"],
+        strict=True,
+    ):
+        held_n[(e, vt)] = held_n.get((e, vt), 0.0) + float(nn)
+        type_chip[vt] = (str(c), float(w))
     free: dict[tuple[int, str], float] = {}
-    chips_of = sorted(set(groups["chip"].astype(str)))
     for t in epochs:
         nxt = t + 1 if t + 1 in epochs else t
-        for c in chips_of:
+        for c in sorted({c for c, _ in type_chip.values()}):
             free[(t, c)] = min(inventory.get((c, t), math.inf), inventory.get((c, nxt), math.inf))
-    types = sorted({str(v) for v in groups["vpod_type"]})
-    for t in epochs:
-        for vt in types:
-            here = [per_type.loc[(k, vt)] for k in (t, t + 1) if (k, vt) in per_type.index]
-            if here:
-                held = max(float(r["n"]) for r in here)
-                free[(t, str(here[0]["chip"]))] -= held * float(here[0]["w"])
+        for vt, (c, w) in sorted(type_chip.items()):
+            free[(t, c)] -= max(held_n.get((t, vt), 0.0), held_n.get((t + 1, vt), 0.0)) * w
     # G2 and G3, epoch by epoch
     full_of = _overflow_capacity(coeffs)
     extra = np.zeros(len(groups))
@@ -312,21 +317,21 @@ def guard_as_run(
     kg_per_j = coeffs.carbon_kg_per_kwh / J_PER_KWH
     g_epoch = groups["epoch"].astype(int).to_numpy()
     r_epoch = rows["epoch"].astype(int).to_numpy()
-    for j, t in enumerate(epochs):
+    w_g = groups["w"].to_numpy(dtype=float)
+    cols: dict[str, list[float]] = {c: [] for c in GUARD_COLUMNS}
+    for t in epochs:
         ge, re_ = g_epoch == t, r_epoch == t
         static_j = float(static_energy_j(static_w[ge], extra[ge] * hold_s).sum())
         busy_j = float(busy_w[re_].sum()) * hold_s
         energy = coeffs.pue * (static_j + busy_j)
-        out.loc[j, GUARD_COLUMNS] = [
-            float(extra[ge].sum()),
-            float((extra[ge] * groups["w"].to_numpy(dtype=float)[ge]).sum()) * hold_s / 3600.0,
-            static_j,
-            busy_j,
-            energy,
-            float((price_h[ge] * extra[ge]).sum()) * hold_s / 3600.0,
-            energy * kg_per_j + float((emb_h[ge] * extra[ge]).sum()) * hold_s / 3600.0,
-        ]
-    return out
+        cols["guard_vpods"].append(float(extra[ge].sum()))
+        cols["guard_chip_hours"].append(float((extra[ge] * w_g[ge]).sum()) * hold_s / 3600.0)
+        cols["guard_static_j"].append(static_j)
+        cols["guard_busy_j"].append(busy_j)
+        cols["guard_energy_j"].append(energy)
+        cols["guard_cost_usd"].append(float((price_h[ge] * extra[ge]).sum()) * hold_s / 3600.0)
+        cols["guard_carbon_kg"].append(energy * kg_per_j + float((emb_h[ge] * extra[ge]).sum()) * hold_s / 3600.0)
+    return pd.DataFrame({"epoch": epochs, **cols})
 
 
 def evaluate_schedule(
@@ -335,11 +340,14 @@ def evaluate_schedule(
     params: HorizonParams,
     demand: pd.DataFrame | None = None,
     inventory: dict[tuple[str, int], float] | None = None,
+    guard: bool = True,
 ) -> ScheduleEvaluation:
     """Re-check ``solution`` as a schedule and account for it.
 
     ``demand``: the demand the plan claims to cover (default ``coeffs.demand``; a rolling plan
     covers its forecasts). ``inventory``: H_{c,t} (default: ``coeffs`` inventory in every epoch).
+    ``guard``: estimate the surge guard on the demand that came (:func:`guard_as_run`; False: the
+    ``guard_*`` columns are 0, for a verdict alone).
     """
     dem = coeffs.demand if demand is None else demand
     if "mean_rps" in coeffs.demand.columns and "mean_rps" not in dem.columns:
@@ -457,11 +465,12 @@ def evaluate_schedule(
     for c in sorted(base_inv):
         by_epoch[f"chips_{c}"] = [float(used.get((int(t), c), 0.0)) for t in by_epoch["epoch"]]
     # the surge guard's vPods on the demand that came (not in energy_j / cost_usd: the plan's own)
-    guard = guard_as_run(solution, coeffs, params, dem, inv, [int(t) for t in by_epoch["epoch"]])
+    ep = [int(t) for t in by_epoch["epoch"]]
+    run = guard_as_run(solution, coeffs, params, dem, inv, ep) if guard else None
     for c in GUARD_COLUMNS:
-        by_epoch[c] = guard[c].to_numpy()
+        by_epoch[c] = run[c].to_numpy() if run is not None else np.zeros(len(ep))
     totals = dict(ev.totals)
-    totals.update({c: float(guard[c].sum()) for c in GUARD_COLUMNS})
+    totals.update({c: float(by_epoch[c].sum()) for c in GUARD_COLUMNS})
     energy = float(by_epoch["energy_j"].sum())
     cost = float(by_epoch["cost_usd"].sum())
     totals.update(

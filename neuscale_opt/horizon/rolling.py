@@ -925,7 +925,7 @@ def assemble(
     verdict = ev
     if verdict_options is not None and verdict_options != options:
         judged = Solution(**{**draft.__dict__, "options": verdict_options})
-        verdict = evaluate_schedule(judged, coeffs, params, demand=planned, inventory=inventory)
+        verdict = evaluate_schedule(judged, coeffs, params, demand=planned, inventory=inventory, guard=False)
     if not verdict.feasible:
         draft = Solution(**{**draft.__dict__, **verdict_status(draft, verdict.violations)})
     actual = actual_demand(coeffs)
