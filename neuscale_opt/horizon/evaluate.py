@@ -85,7 +85,13 @@ def group_table(allocations: pd.DataFrame, coeffs: Coefficients, options: PlanOp
     if allocations.empty:
         return pd.DataFrame(columns=cols)
     rows, _ = _row_loads(allocations, coeffs, options)
-    out = (
+    return _groups_of(rows)[cols]
+
+
+def _groups_of(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (epoch, vpod_group) of :func:`_row_loads`'s rows: ``n``, ``load``, ``chip``,
+    ``chips_per_vpod``, ``vpod_type`` and ``first`` (the position of one of its rows)."""
+    return (
         rows.groupby(["epoch", "vpod_group"], sort=True)
         .agg(
             n=("n_vpods", "max"),
@@ -93,10 +99,10 @@ def group_table(allocations: pd.DataFrame, coeffs: Coefficients, options: PlanOp
             chip=("chip", "first"),
             chips_per_vpod=("chips_per_vpod", "first"),
             vpod_type=("vpod_type", "first"),
+            first=("_load", lambda x: x.index[0]),
         )
         .reset_index()
     )
-    return out[cols]
 
 
 def _flat_inventory(solution: Any, coeffs: Coefficients, chip: str, inv: dict[tuple[str, int], float]) -> float:
@@ -261,17 +267,7 @@ def guard_as_run(
     arriving = arrival_ratio(rows, demand, coeffs.buckets) * rate
     n_row = rows["n_vpods"].astype(float).to_numpy()
     gkey = [f"{e}|{g}" for e, g in zip(rows["epoch"].astype(int), rows["vpod_group"].astype(str), strict=True)]
-    groups = (
-        rows.groupby(["epoch", "vpod_group"], sort=True)
-        .agg(
-            n=("n_vpods", "max"),
-            chip=("chip", "first"),
-            w=("chips_per_vpod", "first"),
-            vpod_type=("vpod_type", "first"),
-            first=("_came", lambda x: x.index[0]),  # a row of the group (its per-vPod columns)
-        )
-        .reset_index()
-    )
+    groups = _groups_of(rows).rename(columns={"chips_per_vpod": "w"})
     # G3: chips of each generation free during epoch t (its vPods and the next epoch's held)
     held_n: dict[tuple[int, str], float] = {}
     type_chip: dict[str, tuple[str, float]] = {}
