@@ -543,7 +543,8 @@ def build_report(
         + (deploy_words or "nothing")
         + ". [Deployment per epoch](#deploy), [figure](#fig-deployment-over-time).",
         f"**Costs** {fmt(cost_h)} USD/h ({fmt(cost_h * 24)} USD/day), {fmt(energy_kwh)} kWh and "
-        f"{fmt(carbon)} kgCO2e over the horizon. [Per epoch](#epochs), [figure](#fig-energy-money-per-epoch).",
+        f"{fmt(carbon)} kgCO2e over the horizon{_with_guard(totals, hours)}. [Per epoch](#epochs), "
+        "[figure](#fig-energy-money-per-epoch).",
     ]
     comp_rows, comp_words = _comparison(plan, baselines, rp, key, hours)
     if comp_words:
@@ -1232,6 +1233,21 @@ def timing(solution, baselines: dict[str, Any] | None = None) -> dict[str, Any]:
         },
         "baselines": {name: round(float(sol.solve_seconds), 6) for name, (sol, _) in sorted((baselines or {}).items())},
     }
+
+
+def _with_guard(totals: dict, hours: float) -> str:
+    """The plan's costs with the surge guard's vPods the evaluator expects on the demand that came
+    (``guard_cost_usd``, ``guard_energy_j`` of a schedule's totals; formulations/horizon.md, "The
+    guard, as run"); '' where it expects none."""
+    usd = float(totals.get("guard_cost_usd", 0.0) or 0.0)
+    joules = float(totals.get("guard_energy_j", 0.0) or 0.0)
+    if usd <= 0 or not hours:
+        return ""
+    return (
+        f" (with the surge guard's vPods the evaluator expects on the demand that came: "
+        f"{fmt((float(totals.get('cost_usd', 0.0)) + usd) / hours)} USD/h, "
+        f"{fmt(kwh(float(totals.get('energy_j', 0.0)) + joules))} kWh)"
+    )
 
 
 def guard_expected_text(chip_hours: Any, surged: int) -> str:

@@ -314,3 +314,14 @@ def test_risks_set_the_evaluators_guard_estimate_beside_the_replays():
     del plan["totals"]["guard_chip_hours"]
     mine.update(surge_vpods=2, surge_chip_hours=1.0)
     assert "evaluator expected" not in _risks(plan, mine, {}, 0.99, 300.0, {}, rolling=True)
+
+
+def test_costs_with_the_guard_the_evaluator_expects():
+    # 100 USD and 36 MJ (10 kWh) of the plan over 2 h, 20 USD and 3.6 MJ (1 kWh) of expected guard
+    from neuscale_opt.report.build import _with_guard
+
+    totals = {"cost_usd": 100.0, "energy_j": 36e6, "guard_cost_usd": 20.0, "guard_energy_j": 3.6e6}
+    text = _with_guard(totals, 2.0)
+    assert "the evaluator expects on the demand that came: 60 USD/h, 11 kWh" in text
+    assert _with_guard({**totals, "guard_cost_usd": 0.0}, 2.0) == ""
+    assert _with_guard({"cost_usd": 100.0, "energy_j": 36e6}, 2.0) == ""
