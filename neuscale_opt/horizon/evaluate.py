@@ -135,8 +135,8 @@ def _overflow_capacity(coeffs: Coefficients) -> dict[tuple[str, str], float]:
 
 def _absorbed(
     groups: pd.DataFrame,
-    demand: dict[str, float],
-    own_full: dict[tuple[str, int], float],
+    demand: dict[tuple[str, str], float],
+    own_full: dict[tuple[tuple[str, str], int], float],
     full_of: dict,
     hot: np.ndarray,
 ) -> np.ndarray:
@@ -149,9 +149,12 @@ def _absorbed(
     n = groups["n"].to_numpy(dtype=float)
     types = groups["vpod_type"].astype(str).tolist()
     ng = len(types)
-    classes = sorted(b for b, r in demand.items() if r > 0)
+    classes = sorted(key for key, r in demand.items() if r > 0)
+    # the router moves colocated requests only, to colocated groups (a type key names its phase)
     pairs = [
-        (k, j, own_full.get((b, j), full_of.get((types[j], b), 0.0))) for k, b in enumerate(classes) for j in range(ng)
+        (k, j, own_full.get((key, j), full_of.get((types[j], key[0]), 0.0) if key[1] == "colocated" else 0.0))
+        for k, key in enumerate(classes)
+        for j in range(ng)
     ]
     pairs = [p for p in pairs if p[2] > 0]
     nx, nk = len(pairs), len(classes)
@@ -187,15 +190,22 @@ def _guard_vpods(
     at = {g: i for i, g in enumerate(groups["vpod_group"].astype(str))}
     full_load = np.zeros(len(at))
     safe_load = np.zeros(len(at))
-    own_full: dict[tuple[str, int], float] = {}
-    demand: dict[str, float] = {}
+    own_full: dict[tuple[tuple[str, str], int], float] = {}
+    demand: dict[tuple[str, str], float] = {}  # (class, phase): a disaggregated class has two halves
     came = rows["_came"].to_numpy(dtype=float) * rows["_cap"].to_numpy(dtype=float)
-    for b, g, r, c, f in zip(
-        rows["bucket"].astype(str), rows["vpod_group"].astype(str), came, rows["_cap"], rows["_full"], strict=True
+    phases = rows["phase"].astype(str) if "phase" in rows.columns else pd.Series("colocated", index=rows.index)
+    for b, ph, g, r, c, f in zip(
+        rows["bucket"].astype(str),
+        phases,
+        rows["vpod_group"].astype(str),
+        came,
+        rows["_cap"],
+        rows["_full"],
+        strict=True,
     ):
         j = at[g]
-        demand[b] = demand.get(b, 0.0) + float(r)
-        own_full[(b, j)] = float(f)
+        demand[(b, ph)] = demand.get((b, ph), 0.0) + float(r)
+        own_full[((b, ph), j)] = float(f)
         full_load[j] += float(r) / float(f)
         safe_load[j] += float(r) / float(c)
     hot = full_load > n * (1 + RTOL)  # G2: the group's queue grows at the rate that came ...

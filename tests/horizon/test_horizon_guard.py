@@ -166,3 +166,22 @@ def test_the_guard_as_run_agrees_with_the_replays_guard(lo, hi):
     assert run == pytest.approx(res.totals["cost_usd"], rel=0.03)
     if hi > lo:  # the plan's own totals alone miss the guard's vPods
         assert sol.totals["cost_usd"] < 0.92 * res.totals["cost_usd"]
+
+
+def test_each_half_of_disaggregated_serving_is_guarded_on_its_own():
+    # class A prefilled on x and decoded on y, 10 req/s each per vPod; sized for 10, 14 came: each
+    # half's vPod is 0.4 over and neither half can take the other's requests, so each grows by one
+    rows = [
+        vpod("x", "A", rate=10, static_w=100, price=2.0, phase="prefill"),
+        vpod("y", "A", rate=10, static_w=100, price=2.0, phase="decode"),
+    ]
+
+    def coeffs(rate: float):
+        return make_coefficients(rows, {(0, "A"): rate}, epoch_s=300.0, util_cap=1.0)
+
+    opts = OPTS.replace(serving="disaggregated")
+    sized = coeffs(10.0)
+    sol = plan_full(sized, opts, PARAMS)
+    assert sorted(sol.allocations["phase"]) == ["decode", "prefill"]
+    ev = evaluate_schedule(sol, coeffs(14.0), PARAMS, demand=sized.demand)
+    assert ev.totals["guard_vpods"] == 2.0
