@@ -173,11 +173,9 @@ def run_case(case: Case, pooled: bool) -> list[Row]:
         for k in PARTS:
             planned[f"alone_{k}"] = planned[k]
         guard = {k: float(sol.totals.get(f"guard_{g}", 0.0)) for k, g in GUARD_PARTS.items()}
-        planned["energy_j"] += guard["energy_j"]
-        planned["cost_usd"] += guard["cost_usd"]
-        planned["energy_static_j"] += guard["energy_static_j"]
-        planned["energy_busy_j"] += guard["energy_busy_j"]
-        planned["energy_dynamic_j"] += guard["energy_busy_j"]
+        for k, v in guard.items():
+            planned[k] += v
+        planned["energy_dynamic_j"] += guard["energy_busy_j"]  # dynamic = busy + marginal
         planned["guard_chip_hours"] = float(sol.totals.get("guard_chip_hours", 0.0))
         replayed = {k: float(res.totals[k]) for k in PARTS}
         planned["slo_attainment"] = math.nan
