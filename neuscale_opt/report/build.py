@@ -1257,7 +1257,8 @@ def guard_expected_text(chip_hours: Any, surged: int) -> str:
     if chip_hours is None or not math.isfinite(float(chip_hours)) or (float(chip_hours) <= 0 and not surged):
         return ""
     return (
-        f" (the evaluator expected {fmt(float(chip_hours))} guard chip-hours on the demand that came: "
+        ("" if surged else "; the replay's surge guard added no vPod")
+        + f" (the evaluator expected {fmt(float(chip_hours))} guard chip-hours on the demand that came: "
         'formulations/horizon.md, "The guard, as run")'
     )
 

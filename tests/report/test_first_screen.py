@@ -311,6 +311,11 @@ def test_risks_set_the_evaluators_guard_estimate_beside_the_replays():
     plan["totals"]["guard_chip_hours"] = 0.0
     mine.update(surge_vpods=0, surge_chip_hours=0.0)
     assert "evaluator expected" not in _risks(plan, mine, {}, 0.99, 300.0, {}, rolling=True)
+    # the estimate without the guard in the replay: said so
+    plan["totals"]["guard_chip_hours"] = 1.5
+    assert "surge guard added no vPod (the evaluator expected 1.50 guard chip-hours" in _risks(
+        plan, mine, {}, 0.99, 300.0, {}, rolling=True
+    )
     del plan["totals"]["guard_chip_hours"]
     mine.update(surge_vpods=2, surge_chip_hours=1.0)
     assert "evaluator expected" not in _risks(plan, mine, {}, 0.99, 300.0, {}, rolling=True)
