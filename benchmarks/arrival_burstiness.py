@@ -12,14 +12,19 @@ counts (variance / mean of the arrivals per window; 1 for Poisson) at 1 s and 10
 the rolling MILP's plan of the first epoch alone (each instance's forecaster and reserve, ``--objective``, default
 both, pooled groups; a pooled group's classes are replayed one at a time, each at its own row's rate per vPod).
 
+With ``--search``, where the trace's arrivals miss the instance's SLO-attainment target at the
+plan's rate, it also finds by bisection the largest share of that rate at which they keep it: how
+far a safe load that knew the trace's arrivals would sit below the model's.
+
 Run: ``.venv/bin/python benchmarks/arrival_burstiness.py [--only LABEL,...] [--horizon S]
-[--objective energy|cost|both] [--out PATH]`` (about a minute per scenario and objective). Results go to
-``benchmarks/arrival_burstiness_results.md``.
+[--objective energy|cost|both] [--search] [--out PATH]`` (about a minute per scenario and
+objective, a few more with ``--search``). Results go to ``benchmarks/arrival_burstiness_results.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -35,6 +40,8 @@ from neuscale_opt.replay import ReplayOptions, replay
 from neuscale_opt.traces.buckets import bucket_codes, bucket_names
 
 SEED = 1
+#: bisection steps of ``--search`` (the share of the plan's rate found to 1/64)
+SEARCH_STEPS = 6
 
 
 def dispersion(times: np.ndarray, horizon_s: float, window_s: float) -> float:
@@ -50,7 +57,17 @@ def one_vpod(row: dict, rate: float, horizon_s: float, epoch_s: float) -> list[d
     return [base | {"epoch": e, "rate_rps": rate, "n_vpods": 1} for e in range(int(np.ceil(horizon_s / epoch_s)))]
 
 
-def run(label: str, inst1, inst, objective: str, horizon_s: float) -> list[dict]:
+def thin(own: pd.DataFrame, rate: float, epoch_s: float) -> pd.DataFrame:
+    """``own`` (one class's arrivals) thinned at random, epoch by epoch, to ``rate`` req/s on
+    average: the drift between epochs (which the planner follows epoch by epoch) taken out, the
+    movement within each epoch kept."""
+    epoch_of = (own["arrival_s"].to_numpy() // epoch_s).astype(int)
+    counts = np.bincount(epoch_of)
+    share = np.minimum(rate * epoch_s / np.maximum(counts[epoch_of], 1), 1.0)
+    return own[np.random.default_rng(SEED).random(len(own)) < share]
+
+
+def run(label: str, inst1, inst, objective: str, horizon_s: float, search: bool = False) -> list[dict]:
     """The rows of scenario ``label``: planned on ``inst1`` (its first epoch), replayed on the trace
     of ``inst`` (the whole scenario)."""
     coeffs = build_coefficients(inst1)
@@ -61,6 +78,7 @@ def run(label: str, inst1, inst, objective: str, horizon_s: float) -> list[dict]
     spec = inst.workload.buckets
     names = np.asarray(bucket_names(spec))[bucket_codes(trace, spec)]
     cfg = coeffs.configs.set_index("config_id")
+    target = float(inst.slo.attainment)
     out = []
     rows = [a for a in sol.to_dict(timing=False)["allocations"] if a["epoch"] == 0 and a["rate_rps"] > 0]
     for rec in sorted(rows, key=lambda a: (a["vpod_group"], a["bucket"])):
@@ -68,13 +86,8 @@ def run(label: str, inst1, inst, objective: str, horizon_s: float) -> list[dict]
         ref = cfg.loc[f"{r.vpod_type}|{r.bucket}"]
         lam = float(r.rate_rps) / float(r.n_vpods)
         own = trace[names == r.bucket].sort_values("arrival_s", kind="mergesort")
-        # thinned epoch by epoch to the plan's mean rate: the drift between epochs (which the
-        # planner follows epoch by epoch) is taken out, the movement within each epoch kept
-        epoch_of = (own["arrival_s"].to_numpy() // coeffs.epoch_s).astype(int)
-        counts = np.bincount(epoch_of)
-        share = np.minimum(lam * coeffs.epoch_s / np.maximum(counts[epoch_of], 1), 1.0)
+        thinned = thin(own, lam, coeffs.epoch_s)
         rng = np.random.default_rng(SEED)
-        thinned = own[rng.random(len(own)) < share]
         n = int(rng.poisson(lam * horizon_s))
         pick = own[["input_tokens", "output_tokens"]].to_numpy()[rng.integers(0, len(own), n)]
         poisson = pd.DataFrame(
@@ -84,17 +97,31 @@ def run(label: str, inst1, inst, objective: str, horizon_s: float) -> list[dict]
                 "output_tokens": pick[:, 1].astype(np.int64),
             }
         )
-        plan = {
-            "status": "feasible",
-            "method": "hand",
-            "objective": objective,
-            "allocations": one_vpod(rec, lam, horizon_s, coeffs.epoch_s),
-        }
-        got = {}
-        for kind, arrivals in (("poisson", poisson), ("trace", thinned)):
-            tr = arrivals[["arrival_s", "input_tokens", "output_tokens"]].assign(bucket=r.bucket).reset_index(drop=True)
-            res = replay(plan, inst, trace=tr, options=ReplayOptions(surge=False), coeffs=coeffs)
-            got[kind] = float(res.totals["slo_attainment"])
+
+        def attain(arrivals: pd.DataFrame, rate: float, rec=rec) -> float:
+            plan = {
+                "status": "feasible",
+                "method": "hand",
+                "objective": objective,
+                "allocations": one_vpod(rec, rate, horizon_s, coeffs.epoch_s),
+            }
+            tr = arrivals[["arrival_s", "input_tokens", "output_tokens"]].assign(bucket=rec["bucket"])
+            res = replay(plan, inst, trace=tr.reset_index(drop=True), options=ReplayOptions(surge=False), coeffs=coeffs)
+            return float(res.totals["slo_attainment"])
+
+        got = {"poisson": attain(poisson, lam), "trace": attain(thinned, lam)}
+        kept = float("nan")
+        if search:  # the largest rate whose thinned trace arrivals keep the target (bisection)
+            kept = 1.0
+            if got["trace"] < target:
+                lo, hi = 0.0, 1.0
+                for _ in range(SEARCH_STEPS):
+                    mid = 0.5 * (lo + hi)
+                    if attain(thin(own, mid * lam, coeffs.epoch_s), mid * lam) >= target:
+                        lo = mid
+                    else:
+                        hi = mid
+                kept = lo
         t = thinned["arrival_s"].to_numpy()
         out.append(
             {
@@ -107,6 +134,7 @@ def run(label: str, inst1, inst, objective: str, horizon_s: float) -> list[dict]
                 "idc_10s": dispersion(t, horizon_s, 10.0),
                 "attainment_poisson": got["poisson"],
                 "attainment_trace": got["trace"],
+                "kept_share": kept,
             }
         )
         print(
@@ -121,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="comma-separated scenario labels (default: the shipped four)")
     ap.add_argument("--horizon", type=float, default=1800.0, help="seconds of the trace replayed (default 1800)")
     ap.add_argument("--objective", default="both", choices=("energy", "cost", "both"))
+    ap.add_argument(
+        "--search",
+        action="store_true",
+        help="also find, where the trace's arrivals miss the target, the largest share of the plan's rate "
+        "they keep it at (bisection, 6 replays per row)",
+    )
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "arrival_burstiness_results.md"))
     args = ap.parse_args(argv)
     only = {s.strip() for s in args.only.split(",")} if args.only else None
@@ -133,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             print(case.label, objective, flush=True)
             rows.extend(
                 {**r, "objective": objective}
-                for r in run(case.label, first.instance, case.instance, objective, args.horizon)
+                for r in run(case.label, first.instance, case.instance, objective, args.horizon, args.search)
             )
     lines = [
         "# Poisson against the trace's own arrivals\n",
@@ -142,16 +176,20 @@ def main(argv: list[str] | None = None) -> int:
         "over the "
         f"first {args.horizon:.0f} s of the trace, without the surge guard. Load = rate per vPod / full rate "
         "(`max_rate_rps`); IDC = variance / mean of the thinned arrivals' counts per window (Poisson: 1). "
+        "Share kept (`--search`): the largest share of the plan's rate at which the thinned trace arrivals keep "
+        "the instance's SLO-attainment target (1 where the plan's rate does; bisection to 1/64; `-`: not searched). "
         f"Run time {time.perf_counter() - start:.0f} s.\n",
         "| scenario | plan | vPod type | class | req/s per vPod | load | IDC 1 s | IDC 10 s | attainment, Poisson | "
-        "attainment, the trace's arrivals |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "attainment, the trace's arrivals | share of the rate kept at the target |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['scenario']} | {r['objective']} | {r['vpod_type']} | {r['class']} | "
             f"{r['rate_per_vpod']:.3g} | {r['load']:.2f} | "
-            f"{r['idc_1s']:.2f} | {r['idc_10s']:.1f} | {r['attainment_poisson']:.4f} | {r['attainment_trace']:.4f} |"
+            f"{r['idc_1s']:.2f} | {r['idc_10s']:.1f} | {r['attainment_poisson']:.4f} | {r['attainment_trace']:.4f} | "
+            + ("-" if math.isnan(r["kept_share"]) else f"{r['kept_share']:.2f}")
+            + " |"
         )
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"written {args.out}")
