@@ -184,7 +184,7 @@ def _guard_vpods(
     gamma: float,
 ) -> np.ndarray:
     """G2-G3 of epoch ``t``: the guard's vPods per group (``groups`` of the epoch, ``rows`` its
-    allocation rows with the rate that came, ``_came`` x ``_cap``)."""
+    allocation rows with the rate that came, ``_came`` req/s)."""
     n = groups["n"].to_numpy(dtype=float)
     w = groups["w"].to_numpy(dtype=float)
     at = {g: i for i, g in enumerate(groups["vpod_group"].astype(str))}
@@ -192,7 +192,7 @@ def _guard_vpods(
     safe_load = np.zeros(len(at))
     own_full: dict[tuple[tuple[str, str], int], float] = {}
     demand: dict[tuple[str, str], float] = {}  # (class, phase): a disaggregated class has two halves
-    came = rows["_came"].to_numpy(dtype=float) * rows["_cap"].to_numpy(dtype=float)
+    came = rows["_came"].to_numpy(dtype=float)
     phases = rows["phase"].astype(str) if "phase" in rows.columns else pd.Series("colocated", index=rows.index)
     for b, ph, g, r, c, f in zip(
         rows["bucket"].astype(str),
@@ -206,8 +206,9 @@ def _guard_vpods(
         j = at[g]
         demand[(b, ph)] = demand.get((b, ph), 0.0) + float(r)
         own_full[((b, ph), j)] = float(f)
-        full_load[j] += float(r) / float(f)
-        safe_load[j] += float(r) / float(c)
+        if r > 0:  # a row the plan holds without a rate adds no load (its shares may be 0)
+            full_load[j] += float(r) / float(f) if f > 0 else math.inf
+            safe_load[j] += float(r) / float(c) if c > 0 else math.inf
     hot = full_load > n * (1 + RTOL)  # G2: the group's queue grows at the rate that came ...
     if hot.any():
         hot &= ~_absorbed(groups, demand, own_full, full_of, hot)  # ... and the other groups cannot take it
@@ -272,7 +273,7 @@ def guard_as_run(
     planned = sized["rate_rps"].astype(float).reindex(at).fillna(0.0).to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(planned > 0, actual / np.where(planned > 0, planned, 1.0), 1.0)
-    rows["_came"] = rows["_load"].to_numpy() * ratio  # G1
+    rows["_came"] = rows["rate_rps"].astype(float).to_numpy() * ratio  # G1: the rate that came, req/s
     rate = rows["rate_rps"].astype(float).to_numpy()
     arriving = arrival_ratio(rows, demand, coeffs.buckets) * rate
     n_row = rows["n_vpods"].astype(float).to_numpy()
