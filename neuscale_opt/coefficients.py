@@ -201,6 +201,16 @@ def meets_slo(configs: pd.DataFrame, buckets: pd.DataFrame, rtol: float = 1e-9) 
     return pd.Series(slo_ok(configs, buckets, rtol), index=configs.index, name="slo_ok")
 
 
+def serving_rows(configs: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``configs`` whose vPod type serves their class within its SLO and memory: every
+    row of a coefficient table (its contract), those marked ``feasible`` where the column is kept
+    (the candidate search's own table). What a vPod type may take of another class's requests at run
+    time: the replay's overflow router and the evaluator's guard estimate read this one rule."""
+    if "feasible" not in configs.columns:
+        return configs
+    return configs[configs["feasible"].to_numpy(bool)]
+
+
 def slo_ok(configs: pd.DataFrame | Any, buckets: pd.DataFrame, rtol: float = 1e-9) -> np.ndarray:
     """:func:`meets_slo` as a boolean array, ``configs`` a table or anything whose columns read as
     arrays by name (e.g. :class:`neuscale_opt.alloc.table.Table`)."""

@@ -38,7 +38,7 @@ import pandas as pd
 from neuscale_opt.alloc.attainment import row_shares
 from neuscale_opt.alloc.evaluate import evaluate
 from neuscale_opt.alloc.options import PlanOptions
-from neuscale_opt.coefficients import J_PER_KWH, Coefficients
+from neuscale_opt.coefficients import J_PER_KWH, Coefficients, serving_rows
 from neuscale_opt.energy import arrival_ratio, busy_energy_rate_w, static_energy_j
 from neuscale_opt.horizon.context import inventory_dropped
 from neuscale_opt.horizon.params import FLOOR_EPS, HorizonParams
@@ -121,8 +121,7 @@ def _overflow_capacity(coeffs: Coefficients) -> dict[tuple[str, str], float]:
     """(vPod type, class) -> mu (req/s per vPod at full rate) of the candidate table's feasible
     rows: the classes a vPod type serves within their SLO and memory, as the replay's overflow
     router reads them."""
-    cfg = coeffs.configs
-    ok = cfg[cfg["feasible"].to_numpy(bool)] if "feasible" in cfg.columns else cfg
+    ok = serving_rows(coeffs.configs)
     if ok.empty:
         return {}
     full = ok["max_rate_rps"].astype(float).to_numpy()

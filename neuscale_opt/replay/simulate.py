@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from neuscale_opt.coefficients import J_PER_KWH, Coefficients
+from neuscale_opt.coefficients import J_PER_KWH, Coefficients, serving_rows
 from neuscale_opt.energy import static_energy_j
 from neuscale_opt.errors import InputError
 from neuscale_opt.instance import Horizon, Instance
@@ -427,8 +427,7 @@ def _targets(coeffs: Coefficients, names: list[str], column: str) -> list[float]
 def overflow_classes(types: tuple[VpodType, ...], coeffs: Coefficients, codes: dict[str, int]) -> list[frozenset[int]]:
     """Per vPod type, the codes of the classes its configuration serves within their SLO and
     memory (the candidate table's feasible rows): the classes whose overflow it may take."""
-    cfg = coeffs.configs
-    ok = cfg.loc[cfg["feasible"].to_numpy(bool), ["vpod_type", "bucket"]]
+    ok = serving_rows(coeffs.configs)
     serves: dict[str, set[int]] = {}
     for key, b in zip(ok["vpod_type"].astype(str), ok["bucket"].astype(str), strict=True):
         if b in codes:
