@@ -14,7 +14,10 @@ both, pooled groups; a pooled group's classes are replayed one at a time, each a
 
 With ``--search``, where the trace's arrivals miss the instance's SLO-attainment target at the
 plan's rate, it also finds by bisection the largest share of that rate at which they keep it: how
-far a safe load that knew the trace's arrivals would sit below the model's.
+far a safe load that knew the trace's arrivals would sit below the model's. Beside it, the model's
+own answer: the row's safe load over the plan's load, with the class's rate movement (AT4 of
+``formulations/allocation.md``, the class's ``rate_cv2`` as the plan read it: over its epoch)
+and with Poisson arrivals alone (AT0-AT3).
 
 Run: ``.venv/bin/python benchmarks/arrival_burstiness.py [--only LABEL,...] [--horizon S]
 [--objective energy|cost|both] [--search] [--out PATH]`` (about a minute per scenario and
@@ -33,6 +36,7 @@ import numpy as np
 import pandas as pd
 from headline import ROOT, WINDOW, cases, forecast_of, params_of
 
+from neuscale_opt.alloc.attainment import safe_load
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.candidates import build_coefficients, instance_trace
 from neuscale_opt.horizon import instance_inventory, plan_rolling
@@ -71,6 +75,7 @@ def run(label: str, inst1, inst, objective: str, horizon_s: float, search: bool 
     """The rows of scenario ``label``: planned on ``inst1`` (its first epoch), replayed on the trace
     of ``inst`` (the whole scenario)."""
     coeffs = build_coefficients(inst1)
+    classes = coeffs.buckets  # as the plan read them (AT4's rate_cv2 over the planned epoch)
     opts = PlanOptions.from_instance(inst1).replace(objective=objective)
     sol = plan_rolling(coeffs, opts, params_of(inst1), forecast_of(inst1), WINDOW, instance_inventory(coeffs, []))
     trace = instance_trace(inst)
@@ -122,6 +127,14 @@ def run(label: str, inst1, inst, objective: str, horizon_s: float, search: bool 
                     else:
                         hi = mid
                 kept = lo
+        # the model's share of the plan's rate: the safe load over the plan's load, with the class's
+        # movement (AT4) and without it (AT0-AT3, Poisson)
+        row_cfg = cfg.loc[[f"{r.vpod_type}|{r.bucket}"]].reset_index()
+        mu = float(ref["max_rate_rps"])
+        model = min(1.0, float(safe_load(row_cfg, classes, target)[0]) * mu / lam)
+        steady = classes.drop(columns=["rate_cv2"], errors="ignore")
+        model_poisson = min(1.0, float(safe_load(row_cfg, steady, target)[0]) * mu / lam)
+        c2 = float(classes.set_index("bucket")["rate_cv2"].get(r.bucket, 0.0)) if "rate_cv2" in classes else 0.0
         t = thinned["arrival_s"].to_numpy()
         out.append(
             {
@@ -135,6 +148,9 @@ def run(label: str, inst1, inst, objective: str, horizon_s: float, search: bool 
                 "attainment_poisson": got["poisson"],
                 "attainment_trace": got["trace"],
                 "kept_share": kept,
+                "rate_cv2": c2,
+                "model_share": model,
+                "model_share_poisson": model_poisson,
             }
         )
         print(
@@ -178,10 +194,14 @@ def main(argv: list[str] | None = None) -> int:
         "(`max_rate_rps`); IDC = variance / mean of the thinned arrivals' counts per window (Poisson: 1). "
         "Share kept (`--search`): the largest share of the plan's rate at which the thinned trace arrivals keep "
         "the instance's SLO-attainment target (1 where the plan's rate does; bisection to 1/64; `-`: not searched). "
+        "c2: the class's rate movement inside the sizing window beyond Poisson (D12, over the planned epoch; 0 "
+        "where the scenario sizes for each class's peak). Model's share: the row's safe load (AT0-AT4, resp. AT0-AT3 "
+        "alone) over the plan's load, at most 1: what the model predicts for the last column. "
         f"Run time {time.perf_counter() - start:.0f} s.\n",
         "| scenario | plan | vPod type | class | req/s per vPod | load | IDC 1 s | IDC 10 s | attainment, Poisson | "
-        "attainment, the trace's arrivals | share of the rate kept at the target |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "attainment, the trace's arrivals | share of the rate kept at the target | c2 (D12) | "
+        "model's share, AT4 | model's share, Poisson |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
@@ -189,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['rate_per_vpod']:.3g} | {r['load']:.2f} | "
             f"{r['idc_1s']:.2f} | {r['idc_10s']:.1f} | {r['attainment_poisson']:.4f} | {r['attainment_trace']:.4f} | "
             + ("-" if math.isnan(r["kept_share"]) else f"{r['kept_share']:.2f}")
-            + " |"
+            + f" | {r['rate_cv2']:.4f} | {r['model_share']:.2f} | {r['model_share_poisson']:.2f} |"
         )
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"written {args.out}")

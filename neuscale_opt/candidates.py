@@ -889,7 +889,7 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
 
 def _read_trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
     from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_names, bucket_table, length_nodes
-    from neuscale_opt.traces.demand import burst_demand, epoch_demand, observed_demand
+    from neuscale_opt.traces.demand import burst_demand, epoch_demand, observed_demand, rate_modulation
 
     w = inst.workload
     spec = w.buckets or DEFAULT_BUCKETS
@@ -929,6 +929,15 @@ def _read_trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.Dat
     sums = dem.groupby(dem["bucket"].astype(str))[list(dict.fromkeys(["mean_rps", col]))].sum()
     phi = (sums["mean_rps"] / sums[col].where(sums[col] > 0)).fillna(1.0).clip(upper=1.0)
     buckets["mean_rate_ratio"] = buckets["bucket"].map(phi).astype(float).fillna(1.0).to_numpy()
+    # the class's rate movement inside the window whose mean rate is planned, beyond Poisson (D12):
+    # the safe loads' AT4. A plan for each class's busiest sub-window (peak) sits above that
+    # movement already (formulations/allocation.md, AT4)
+    if w.arrivals == "modulated" and w.provision_for in ("burst", "mean"):
+        window = inst.epochs.length_s
+        if w.provision_for == "burst":
+            window = dem.attrs.get("sizing_window", {}).get("window_s", window)
+        c2 = rate_modulation(trace, spec, float(window), horizon_s=horizon_s)
+        buckets["rate_cv2"] = buckets["bucket"].map(c2).astype(float).fillna(0.0).to_numpy()
     demand = dem[["epoch", "bucket", col]].rename(columns={col: "rate_rps"})
     demand["mean_rps"] = dem["mean_rps"].to_numpy()  # the traffic that arrives (energy accounting)
     demand["bucket"] = demand["bucket"].astype(str)

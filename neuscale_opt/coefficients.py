@@ -63,7 +63,9 @@ class's output lengths at equal-weight quantile nodes, from the trace (the SLO-a
 TPOT tail, AT3; absent or empty = every request of ``output_tokens``). Optional ``input_nodes`` (tuple
 of tokens), ``prompt_hi_tokens`` (its largest node) and ``prompt_reach`` (-): the class's prompt lengths
 at the same nodes, and the largest share of them one configuration prefills within the TTFT target (the
-model's AT0; absent = every prompt of ``input_tokens``, reach 1). Configurations may carry
+model's AT0; absent = every prompt of ``input_tokens``, reach 1). Optional ``rate_cv2`` (-): the squared
+coefficient of variation of the class's arrival rate inside the sizing window beyond Poisson's (D12 of
+``formulations/forecast.md``; the model's AT4; absent or 0 = Poisson at a steady rate). Configurations may carry
 ``ttft_hi_s``, the prefill of the class's ``prompt_hi_tokens`` (colocated rows).
 
 ``chips`` - per chip generation: ``chip``, ``healthy_chips`` (inventory; ``inf`` for unlimited),
@@ -285,6 +287,10 @@ def check_coefficients(c: Coefficients) -> None:
         problems.append("demand: negative rate_rps")
     if (c.configs["max_rate_rps"] <= 0).any():
         problems.append("configs: max_rate_rps must be > 0 (drop infeasible rows)")
+    if "rate_cv2" in c.buckets.columns:
+        cv2 = pd.to_numeric(c.buckets["rate_cv2"], errors="coerce").to_numpy(dtype=float)
+        if not (np.isfinite(cv2) & (cv2 >= 0)).all():
+            problems.append("buckets: rate_cv2 must be a finite number >= 0")
     if c.util_cap is not None and not (0 < c.util_cap <= 1):
         problems.append(f"util_cap must be in (0, 1], got {c.util_cap}")
     if c.epoch_s <= 0:

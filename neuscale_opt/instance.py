@@ -185,7 +185,8 @@ class Workload(_Frozen):
     epoch's mean), or ``burst`` (each class's share of the pooled peak over a window chosen from the
     trace's burstiness, ``formulations/forecast.md`` D7-D10).
     ``rate_scale`` multiplies every planned rate (a what-if for traffic growth: the trace's token mix
-    and its shape over time are kept, its level is scaled)."""
+    and its shape over time are kept, its level is scaled). ``arrivals``: the arrival process the
+    safe loads assume (``modulated`` from the trace, or ``poisson``)."""
 
     trace: TraceSpec | None = None
     buckets: BucketSpec | None = None
@@ -197,6 +198,11 @@ class Workload(_Frozen):
     #: headroom absorbs (``neuscale_opt.traces.demand.sizing_window``)
     burst_headroom: float = Field(default=0.1, ge=0)
     rate_scale: float = Field(default=1.0, gt=0)
+    #: the arrivals the safe loads assume (``neuscale_opt.alloc.attainment``): ``modulated``, Poisson
+    #: at a rate that moves inside the sizing window as the trace's does (AT4, D12; ``burst`` and
+    #: ``mean`` sizing), or ``poisson`` at the sized rate; explicit classes have no trace to measure
+    #: and ``peak`` sizing plans above the movement: both Poisson
+    arrivals: Literal["modulated", "poisson"] = "modulated"
 
     @model_validator(mode="after")
     def _one_source(self) -> Workload:

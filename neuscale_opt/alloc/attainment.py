@@ -41,11 +41,25 @@ decode round in progress). Two waits, at request rate lambda per vPod:
   configuration serves in time are left to the replay to count.
 
 Attainment(lambda) = E_S[1(t(S) <= target) (1 - P_AT1(x(S))) (1 - P_AT2(x(S)))] (1 - P_AT3) (x clipped
-at 0), decreasing in lambda. The safe load of a configuration is u = lambda* / mu, lambda* the
-largest rate with attainment >= the target (times ``prompt_reach``; bisection), mu =
-``max_rate_rps`` (the coefficient table's rate; a disaggregated prefill row's KV transfer, checked
-against TTFT separately, does not enter). Prefill vPods
-(disaggregated) keep AT2 with service 1 / mu, decode vPods AT1 with the TTFT target as slack.
+at 0), decreasing in lambda.
+
+* AT4, **the rate moves.** AT1-AT3 take Poisson arrivals at a steady rate. A trace's rate moves
+  inside the window whose mean rate is planned (``buckets.rate_cv2`` = c2, the squared
+  coefficient of variation of the class's rate beyond Poisson's, D12 of
+  ``formulations/forecast.md``; thinning to one vPod keeps it). The vPod then sees Poisson
+  arrivals at a rate Lambda = lambda G that varies slowly against its queues, G ~ Gamma(shape
+  1 / c2, mean 1); a request arrives at rate G with probability proportional to G, so the share
+  within target is E[G Attainment(lambda G)] / E[G] = E[Attainment(lambda G')], G' ~ Gamma(1 / c2
+  + 1, scale c2) (the size-biased law), taken at :func:`modulation_nodes` (the conditional means
+  of 26 pieces of it that resolve both tails to 2^-12; the 0.99 target is decided in the upper
+  one), with Attainment 0 beyond the full rate. c2 = 0 is AT0-AT3 unchanged. The safe loads
+  tabulate each row's Attainment on a grid of loads (``_GRID_POINTS``) and interpolate it at the
+  nodes.
+
+The safe load of a configuration is u = lambda* / mu, lambda* the largest rate with attainment >=
+the target (times ``prompt_reach``; bisection), mu = ``max_rate_rps`` (the coefficient table's
+rate; a disaggregated prefill row's KV transfer, checked against TTFT separately, does not
+enter). Prefill vPods (disaggregated) keep AT2 with service 1 / mu, decode vPods AT1 with the TTFT target as slack.
 Rows without a TTFT target or without latencies (e.g. profiled Mélange tables) keep
 ``DEFAULT_UTIL_CAP``.
 """
@@ -66,6 +80,13 @@ DEFAULT_UTIL_CAP = 0.9
 #: Default SLO-attainment target (``slo.attainment``).
 DEFAULT_ATTAINMENT = 0.99
 _BISECT_STEPS = 50
+#: AT4: loads at which a modulated row's attainment is tabulated (0 to the full rate, step 0.01)
+_GRID_POINTS = 101
+#: AT4: probability edges of the intervals of the size-biased rate behind its nodes: both tails
+#: in halving steps down to 2^-12 (the 0.99 target is decided in the upper one), the body in eighths
+_NODE_EDGES = np.array(
+    [0.0, *(2.0 ** -np.arange(12, 2, -1)), 0.25, 0.375, 0.5, 0.625, 0.75, *(1.0 - 2.0 ** -np.arange(3, 13)), 1.0]
+)
 
 
 def erlang_c(servers: np.ndarray, offered: np.ndarray) -> np.ndarray:
@@ -206,6 +227,59 @@ def attainment(
     return ok
 
 
+def modulation_nodes(cv2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """AT4: nodes ``g`` (rows x nodes) and weights ``w`` (nodes, summing to 1) of the size-biased
+    relative rate G' ~ Gamma(a = 1 / c2 + 1, scale c2) of each row's ``cv2`` = c2. The law is cut
+    at its quantiles of probability ``_NODE_EDGES``; each piece's node is its conditional mean
+    ``a c2 (F_{a+1}(hi) - F_{a+1}(lo)) / w`` (F_s the Gamma(s, scale c2) CDF), its weight ``w`` its
+    probability, so the nodes' mean is G''s exactly, 1 + c2. A row with c2 = 0 gets every node at
+    1 (a steady rate)."""
+    from scipy.stats import gamma
+
+    c2 = np.maximum(np.asarray(cv2, dtype=float), 0.0)
+    weights = np.diff(_NODE_EDGES)
+    vals, inv = np.unique(c2, return_inverse=True)
+    g = np.ones((len(vals), len(weights)))
+    live = vals > 0
+    if live.any():
+        v = vals[live][:, None]
+        a = 1.0 / v + 1.0
+        cuts = gamma.ppf(_NODE_EDGES[None, :], a, scale=v)  # 0 ... inf
+        mass = gamma.cdf(cuts, a + 1.0, scale=v)
+        g[live] = a * v * np.diff(mass, axis=1) / weights[None, :]
+    return g[inv.reshape(-1)], weights
+
+
+def _repeat(arrays: tuple | None, times: int) -> tuple | None:
+    """Each row of every array in ``arrays`` (1-D per row, or rows x nodes) repeated ``times``
+    times, in place (row 0 x times, row 1 x times, ...); None entries kept."""
+    if arrays is None:
+        return None
+    return tuple(None if a is None else np.repeat(np.asarray(a), times, axis=0) for a in arrays)
+
+
+def modulated_attainment(
+    rate_rps: np.ndarray,
+    cv2: np.ndarray,
+    phase: np.ndarray,
+    *args: np.ndarray,
+    tail: tuple | None = None,
+    prompt: tuple | None = None,
+) -> np.ndarray:
+    """AT4: :func:`attainment` when each row's rate moves with squared coefficient of variation
+    ``cv2`` about ``rate_rps``, evaluated at the nodes of :func:`modulation_nodes` (exactly, not
+    from the safe loads' grid); 0 at nodes beyond the full rate (``mu_rps``, the last of ``args``).
+    ``args`` are :func:`attainment`'s after ``phase``."""
+    lam = np.asarray(rate_rps, dtype=float)
+    g, w = modulation_nodes(cv2)
+    n, m = g.shape
+    lam_g = (lam[:, None] * g).reshape(-1)
+    rep = _repeat((np.asarray(phase, dtype=object), *args), m)
+    a = attainment(lam_g, *rep, tail=_repeat(tail, m), prompt=_repeat(prompt, m)).reshape(n, m)
+    a = np.where(lam[:, None] * g <= np.asarray(args[-1], dtype=float)[:, None] * (1 + 1e-12), a, 0.0)
+    return a @ w
+
+
 def prompt_reach(configs: pd.DataFrame, buckets: pd.DataFrame) -> pd.Series:
     """Per class (``buckets.bucket``), the largest share of its prompts (``buckets.input_nodes``)
     that one colocated row of ``configs`` prefills within the TTFT target at zero load (AT0's
@@ -257,6 +331,7 @@ _BUCKET_KEY_COLUMNS = (
     "input_nodes",
     "output_nodes",
     "prompt_reach",
+    "rate_cv2",
 )
 
 
@@ -343,19 +418,74 @@ def _safe_load(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> n
         heavy = tpot_tail(mu[idx], nodes, tau, step, stall) > 1e-9
         tail = (nodes, tau, step, np.where(heavy, stall, 0.0))
 
+    # AT4: the rows of classes whose rate moves (c2 > 0) are found on a grid, the others exactly
+    cv2 = b.map(slo["rate_cv2"]).astype(float).fillna(0.0).to_numpy()[idx] if "rate_cv2" in slo.columns else None
+    moving = np.flatnonzero(cv2 > 0) if cv2 is not None else np.zeros(0, dtype=np.int64)
+    steady = np.setdiff1d(np.arange(len(idx)), moving)
+    if len(steady):
+        u[idx[steady]] = _bisect_steady(_take(args, steady), _take(tail, steady), _take(prompt, steady), goal[steady])
+    if len(moving):
+        sub = (_take(args, moving), _take(tail, moving), _take(prompt, moving))
+        u[idx[moving]] = _bisect_modulated(*sub, goal[moving], cv2[moving])
+    return u
+
+
+def _take(arrays: tuple | None, rows: np.ndarray) -> tuple | None:
+    """The rows ``rows`` of every array in ``arrays`` (None entries kept)."""
+    if arrays is None:
+        return None
+    return tuple(None if a is None else np.asarray(a)[rows] for a in arrays)
+
+
+def _bisect_steady(args: tuple, tail: tuple | None, prompt: tuple | None, goal: np.ndarray) -> np.ndarray:
+    """The safe loads of rows under Poisson arrivals at a steady rate (AT0-AT3): bisection on the
+    rate. ``args`` as :func:`attainment`'s after the rate, ``mu_rps`` last."""
+    mu = args[-1]
+
     def meets(lam: np.ndarray) -> np.ndarray:
         return attainment(lam, *args, tail=tail, prompt=prompt) >= goal
 
-    lo = np.zeros(len(idx))
-    hi = np.ones(len(idx))
-    full_ok = meets(mu[idx])
+    lo = np.zeros(len(mu))
+    hi = np.ones(len(mu))
+    full_ok = meets(mu)
     for _ in range(_BISECT_STEPS):
         mid = 0.5 * (lo + hi)
-        ok = meets(mid * mu[idx])
+        ok = meets(mid * mu)
         lo = np.where(ok, mid, lo)
         hi = np.where(ok, hi, mid)
-    u[idx] = np.where(full_ok, 1.0, lo)
-    return u
+    return np.where(full_ok, 1.0, lo)
+
+
+def _bisect_modulated(
+    args: tuple, tail: tuple | None, prompt: tuple | None, goal: np.ndarray, cv2: np.ndarray
+) -> np.ndarray:
+    """The safe loads of rows whose rate moves (AT4): each row's attainment tabulated at
+    ``_GRID_POINTS`` loads from 0 to 1 (linear in between, 0 beyond the full rate), averaged over
+    the size-biased rate's nodes, and the largest load whose average keeps ``goal`` found by
+    bisection (the average is decreasing in the load)."""
+    mu = args[-1]
+    grid = np.linspace(0.0, 1.0, _GRID_POINTS)
+    table = np.column_stack([attainment(x * mu, *args, tail=tail, prompt=prompt) for x in grid])
+    rows = np.arange(len(mu))[:, None]
+    g, w = modulation_nodes(cv2)
+    last = _GRID_POINTS - 1
+
+    def average(load: np.ndarray) -> np.ndarray:
+        x = load[:, None] * g * last
+        j = np.minimum(np.floor(x).astype(np.int64), last - 1)
+        f = x - j
+        val = table[rows, j] * (1.0 - f) + table[rows, j + 1] * f
+        return np.where(x <= last * (1 + 1e-12), val, 0.0) @ w
+
+    lo = np.zeros(len(mu))
+    hi = np.ones(len(mu))
+    full_ok = average(np.ones(len(mu))) >= goal
+    for _ in range(_BISECT_STEPS):
+        mid = 0.5 * (lo + hi)
+        ok = average(mid) >= goal
+        lo = np.where(ok, mid, lo)
+        hi = np.where(ok, hi, mid)
+    return np.where(full_ok, 1.0, lo)
 
 
 def node_matrix(buckets: pd.DataFrame, classes: pd.Series, rep: np.ndarray, column: str) -> np.ndarray:

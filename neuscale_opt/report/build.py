@@ -648,7 +648,7 @@ def build_report(
     sections.append(_solved_section(plan, solution, meta, rolling, baselines, epoch_s, evaluation, mine))
     sections.append(_epoch_section(plan, by_epoch, dem, cpe, gens, epoch_s, detail, rolling))
     if rp:
-        sections.append(_replay_section(detail, target))
+        sections.append(_replay_section(detail, target, _arrivals_words(coeffs)))
     n_zero = int((alloc["rate_rps"] <= 1e-12).sum()) if not alloc.empty else 0
     sections.append(
         Section(
@@ -1143,7 +1143,23 @@ def _epoch_section(plan, by_epoch, dem, cpe, gens, epoch_s, detail, rolling) -> 
     )
 
 
-def _replay_section(detail: dict, target: float) -> Section:
+def _arrivals_words(coeffs: Any) -> str:
+    """What arrivals the safe loads assumed: the classes' rate movement (AT4) when they carry it."""
+    b = coeffs.buckets
+    if "rate_cv2" not in b.columns:
+        return "Poisson arrivals at the sized rate"
+    c2 = b["rate_cv2"].astype(float)
+    if not (c2 > 0).any():
+        return "Poisson arrivals at the sized rate (the trace's rate moves no more than that inside the sizing window)"
+    top = b.loc[c2.idxmax(), "bucket"]
+    return (
+        "arrivals whose rate moves inside the sizing window as the trace's does "
+        f"(squared coefficient of variation beyond Poisson up to {c2.max():.3g}, class {top}; "
+        "formulations/allocation.md AT4)"
+    )
+
+
+def _replay_section(detail: dict, target: float, arrivals: str = "") -> Section:
     tables = []
     bb = detail.get("by_bucket")
     if bb is not None and not bb.empty:
@@ -1180,6 +1196,7 @@ def _replay_section(detail: dict, target: float) -> Section:
         text=[
             "The plan replayed against the instance's trace, per class (per epoch: [Per epoch](#epochs))"
             + (f"; the safe loads were sized for {pct(target)} attainment" if math.isfinite(target) else "")
+            + (f" under {arrivals}" if arrivals and math.isfinite(target) else "")
             + "."
         ],
         tables=tables,

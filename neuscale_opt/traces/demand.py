@@ -357,6 +357,58 @@ def burst_demand(
     return dem
 
 
+#: the timescale (s) of the rate movement the safe loads take into account (``rate_modulation``):
+#: the order of the TTFT targets, within which a backlog has to form to make requests late
+DEFAULT_MODULATION_SCALE_S = 2.0
+
+
+def rate_modulation(
+    trace: pd.DataFrame,
+    spec: BucketSpec | None,
+    window_s: float,
+    scale_s: float = DEFAULT_MODULATION_SCALE_S,
+    horizon_s: float | None = None,
+) -> pd.Series:
+    """Per class, ``c2``: the squared coefficient of variation of its arrival rate over ``scale_s``
+    inside the sizing windows of ``window_s`` beyond Poisson (``spec=None``: one class ``all``; D12
+    of ``formulations/forecast.md``; the modulated arrivals of the safe loads, AT4 of
+    ``formulations/allocation.md``).
+
+    The horizon is tiled with windows of ``window_s`` from 0 (a trailing partial window is left out,
+    and so is time the trace did not record); each holds ``k = floor(window_s / scale_s)`` slots of
+    ``scale_s``. With ``N`` the class's counts per slot, ``M`` their mean and ``V`` their variance
+    around each window's own mean (``dof`` = slots - windows), the rate's movement inside a window
+    beyond Poisson's, less a two-standard-error allowance for the estimate, over the squared mean:
+    ``c2 = max(V - M - 2 M sqrt(2 / dof), 0) / M^2``. Thinning (routing a share of the class to a
+    vPod) leaves ``c2`` unchanged; Poisson arrivals at a steady rate inside each window give 0 (up to
+    the allowance), and so does a window of a single slot. Index: the class names (``bucket_names``)."""
+    if not (math.isfinite(window_s) and window_s > 0 and math.isfinite(scale_s) and scale_s > 0):
+        raise InputError(f"modulation window ({window_s}) and scale ({scale_s}) must be > 0", where="demand")
+    names = bucket_names(spec) if spec is not None else [ALL]
+    out = pd.Series(0.0, index=pd.Index(names, name="bucket"), dtype=float)
+    k = int(math.floor(window_s / scale_s + 1e-9))
+    data_h = _data_horizon(trace)
+    h = min(float(horizon_s), data_h) if horizon_s is not None else data_h
+    n_win = max(int(math.floor(h / window_s + 1e-12)), 0)
+    if k < 2 or n_win < 1 or len(trace) == 0:
+        return out
+    check_epoch_count(1, window_s, h, cells=n_win * k * len(names))
+    t = trace["arrival_s"].to_numpy(np.float64)
+    b = bucket_codes(trace, spec) if spec is not None else np.zeros(len(t), np.int64)
+    win = np.floor(t / window_s)
+    slot = np.floor((t - win * window_s) / scale_s)
+    keep = (t >= 0) & (win < n_win) & (slot < k)
+    flat = (b[keep].astype(np.int64) * n_win + win[keep].astype(np.int64)) * k + slot[keep].astype(np.int64)
+    counts = np.bincount(flat, minlength=len(names) * n_win * k).reshape(len(names), n_win, k).astype(np.float64)
+    dof = n_win * (k - 1)
+    m = counts.mean(axis=(1, 2))
+    v = ((counts - counts.mean(axis=2, keepdims=True)) ** 2).sum(axis=(1, 2)) / dof
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c2 = np.where(m > 0, np.maximum(v - m - 2.0 * m * math.sqrt(2.0 / dof), 0.0) / np.maximum(m, 1e-300) ** 2, 0.0)
+    out[:] = c2
+    return out
+
+
 def prewarm_lead_s(create_delay_s: float, prewarm: bool, epoch_s: float) -> float:
     """The pre-warm lead L (s): ``create_delay_s`` when ``prewarm`` and ``0 < create_delay_s <
     epoch_s`` (the vPods are then ready exactly when the epoch starts), else 0. One rule for the
