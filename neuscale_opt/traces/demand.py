@@ -392,17 +392,27 @@ def rate_modulation(
     n_win = max(int(math.floor(h / window_s + 1e-12)), 0)
     if k < 2 or n_win < 1 or len(trace) == 0:
         return out
-    check_epoch_count(1, window_s, h, cells=n_win * k * len(names))
     t = trace["arrival_s"].to_numpy(np.float64)
     b = bucket_codes(trace, spec) if spec is not None else np.zeros(len(t), np.int64)
     win = np.floor(t / window_s)
     slot = np.floor((t - win * window_s) / scale_s)
     keep = (t >= 0) & (win < n_win) & (slot < k)
-    flat = (b[keep].astype(np.int64) * n_win + win[keep].astype(np.int64)) * k + slot[keep].astype(np.int64)
-    counts = np.bincount(flat, minlength=len(names) * n_win * k).reshape(len(names), n_win, k).astype(np.float64)
+    b, win, slot = b[keep].astype(np.int64), win[keep].astype(np.int64), slot[keep].astype(np.int64)
+    # sums over the occupied slots and windows only (empty ones add nothing): memory in arrivals,
+    # not in slots; sum of (N - window mean)^2 = sum N^2 - sum over windows (window total)^2 / k
+    n_cls = len(names)
+    _, slot_of, slot_n = np.unique((b * n_win + win) * k + slot, return_inverse=True, return_counts=True)
+    _, win_of, win_n = np.unique(b * n_win + win, return_inverse=True, return_counts=True)
+    cls_of_slot = np.zeros(len(slot_n), np.int64)
+    cls_of_slot[slot_of] = b
+    cls_of_win = np.zeros(len(win_n), np.int64)
+    cls_of_win[win_of] = b
+    sq = np.bincount(cls_of_slot, weights=slot_n.astype(np.float64) ** 2, minlength=n_cls)
+    between = np.bincount(cls_of_win, weights=win_n.astype(np.float64) ** 2, minlength=n_cls) / k
+    total = np.bincount(b, minlength=n_cls).astype(np.float64)
     dof = n_win * (k - 1)
-    m = counts.mean(axis=(1, 2))
-    v = ((counts - counts.mean(axis=2, keepdims=True)) ** 2).sum(axis=(1, 2)) / dof
+    m = total / (n_win * k)
+    v = (sq - between) / dof
     with np.errstate(invalid="ignore", divide="ignore"):
         c2 = np.where(m > 0, np.maximum(v - m - 2.0 * m * math.sqrt(2.0 / dof), 0.0) / np.maximum(m, 1e-300) ** 2, 0.0)
     out[:] = c2

@@ -276,3 +276,13 @@ def test_trace_instance_carries_each_class_movement():
     u_mod = safe_load(cfg, burst.buckets, TARGET)
     u_poi = safe_load(cfg, steady.buckets, TARGET)
     assert np.all(u_mod <= u_poi + 0.01) and np.any(u_mod < u_poi - 0.01)
+
+
+def test_rate_modulation_of_a_long_sparse_trace_stays_small():
+    """A year of 2-s slots in 5-min windows (15.8 million slots per class) is summed over the
+    occupied slots only: no dense table, and a handful of arrivals moves nothing."""
+    t = np.array([0.5, 1.0e7, 3.0e7])
+    tr = pd.DataFrame({"arrival_s": t, "input_tokens": 100, "output_tokens": 10})
+    tr.attrs["horizon_s"] = 3.15e7
+    got = rate_modulation(tr, SPEC, 300.0)
+    assert list(got.index) == ["s0-512", "s512-inf"] and (got == 0.0).all()
