@@ -328,6 +328,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         prov = plan_provenance(args, inst, options)
         if "sizing_window" in coeffs.meta:  # provision_for = "burst": the window chosen and why
             prov["sizing_window"] = coeffs.meta["sizing_window"]
+        if "rate_cv2" in coeffs.buckets.columns:  # AT4: each class's rate movement the safe loads took
+            cv2 = zip(coeffs.buckets["bucket"], coeffs.buckets["rate_cv2"], strict=True)
+            prov["rate_cv2"] = {str(b): round(float(v), 6) for b, v in cv2}
         report = (
             plan_report(args, inst, coeffs, sol, prov, base, played, sweep, workers)
             if args.out is not None and sol.has_plan

@@ -154,3 +154,10 @@ def test_trace_instances_report_replayed_slo_attainment(tmp_path):
         assert 0.9 <= parse(comp[m]["replayed SLO"]) <= 1.0
         assert parse(comp[m]["goodput tokens/J"]) == pytest.approx(replays[m]["goodput_tokens_per_joule"], rel=5e-3)
     assert comp["unlimited"]["replayed SLO"] == "–"  # holds more chips than the fleet: not replayed
+    # the classes' rate movement the safe loads took (AT4) is recorded with the plan, one per class
+    prov = json.loads((out / "plan.json").read_text())["provenance"]
+    from neuscale_opt.instance import load_instance
+    from neuscale_opt.traces.buckets import bucket_names
+
+    assert set(prov["rate_cv2"]) == set(bucket_names(load_instance(INSTANCES / "azure-conv.toml").workload.buckets))
+    assert all(v >= 0 for v in prov["rate_cv2"].values()) and any(v > 0 for v in prov["rate_cv2"].values())
