@@ -27,3 +27,42 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
 def case_inputs(case: dict):
     coeffs, inst = load_plan_input(str(INSTANCES / case["instance"]))
     return coeffs, PlanOptions.from_instance(inst).replace(**case["overrides"])
+
+
+def one_vpod(r, lam: float, bucket: str = "a") -> dict:
+    """The plan row of one vPod of configuration ``r`` (a candidate row) serving ``bucket`` at ``lam`` req/s."""
+    return {
+        "epoch": 0,
+        "bucket": bucket,
+        "phase": "colocated",
+        "chip": r.chip,
+        "shape": r.shape,
+        "chips_per_vpod": int(r.chips_per_vpod),
+        "tp": int(r.tp),
+        "pp": int(r.pp),
+        "ep": int(r.ep),
+        "batch": int(r.batch),
+        "n_vpods": 1,
+        "rate_rps": lam,
+    }
+
+
+def one_class_picks(horizon_s: float):
+    """``(instance, coefficients, picks)`` of the one-class calibration cases: a tiny one-class
+    Llama-3-8B instance of one epoch of ``horizon_s`` and, among its colocated SLO-feasible rows,
+    the least-energy configuration of each batch size from 2 to 64 slots (index reset)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
+    from replay_builders import tiny_instance
+
+    from neuscale_opt.candidates import build_coefficients
+    from neuscale_opt.coefficients import meets_slo
+
+    inst = tiny_instance({"a": 1.0}, epochs=1, length_s=horizon_s)
+    coeffs = build_coefficients(inst)
+    cfg = coeffs.configs
+    cfg = cfg[(cfg["phase"] == "colocated") & (cfg["bucket"] == "a") & meets_slo(cfg, coeffs.buckets)]
+    pick = cfg.sort_values(["energy_j_per_req", "config_id"]).drop_duplicates("batch")
+    pick = pick[(pick["batch"] * pick["pp"] >= 2) & (pick["batch"] * pick["pp"] <= 64)].sort_values("batch")
+    return inst, coeffs, pick.reset_index(drop=True).copy()

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from alloc_support import one_class_picks, one_vpod
 
 from neuscale_opt.alloc.attainment import DEFAULT_UTIL_CAP, erlang_c, md1_decay, safe_load
 from neuscale_opt.alloc.context import usable_configs
@@ -59,33 +60,9 @@ def test_rows_without_latencies_keep_the_default_cap():
 
 @pytest.fixture(scope="module")
 def one_class():
-    inst = tiny_instance({"a": 1.0}, epochs=1, length_s=HORIZON_S)
-    coeffs = build_coefficients(inst)
-    cfg = coeffs.configs
-    cfg = cfg[(cfg["phase"] == "colocated") & (cfg["bucket"] == "a") & meets_slo(cfg, coeffs.buckets)].copy()
-    cfg["u"] = safe_load(cfg, coeffs.buckets, TARGET)
-    # the least-energy configuration of each batch size from 2 to 64 slots
-    pick = cfg.sort_values(["energy_j_per_req", "config_id"]).drop_duplicates("batch")
-    pick = pick[(pick["batch"] * pick["pp"] >= 2) & (pick["batch"] * pick["pp"] <= 64)].sort_values("batch")
+    inst, coeffs, pick = one_class_picks(HORIZON_S)
+    pick["u"] = safe_load(pick, coeffs.buckets, TARGET)
     return inst, coeffs, pick
-
-
-def _one_vpod(r, lam: float) -> dict:
-    """The plan row of one vPod of configuration ``r`` serving class ``a`` at ``lam`` req/s."""
-    return {
-        "epoch": 0,
-        "bucket": "a",
-        "phase": "colocated",
-        "chip": r.chip,
-        "shape": r.shape,
-        "chips_per_vpod": int(r.chips_per_vpod),
-        "tp": int(r.tp),
-        "pp": int(r.pp),
-        "ep": int(r.ep),
-        "batch": int(r.batch),
-        "n_vpods": 1,
-        "rate_rps": lam,
-    }
 
 
 def _replayed(inst, coeffs, r, load: float) -> float:
@@ -94,7 +71,7 @@ def _replayed(inst, coeffs, r, load: float) -> float:
     spec = {"a": (lam, int(lengths.at["a", "input_tokens"]), int(lengths.at["a", "output_tokens"]))}
     tr = poisson_trace(spec, HORIZON_S)
     return float(
-        replay(plan_of([_one_vpod(r, lam)]), inst, trace=tr, options=ONE_VPOD, coeffs=coeffs).totals["slo_attainment"]
+        replay(plan_of([one_vpod(r, lam)]), inst, trace=tr, options=ONE_VPOD, coeffs=coeffs).totals["slo_attainment"]
     )
 
 
@@ -233,7 +210,7 @@ def _replayed_lengths(inst, coeffs, r, load: float, prompts=None, answers=None, 
     )
     tr.attrs["source"] = "mixed-length-test-trace"
     return float(
-        replay(plan_of([_one_vpod(r, lam)]), inst, trace=tr, options=ONE_VPOD, coeffs=coeffs).totals["slo_attainment"]
+        replay(plan_of([one_vpod(r, lam)]), inst, trace=tr, options=ONE_VPOD, coeffs=coeffs).totals["slo_attainment"]
     )
 
 

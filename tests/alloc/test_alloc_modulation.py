@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from alloc_support import one_class_picks, one_vpod
 from scipy import integrate
 from scipy.stats import gamma
 
@@ -25,13 +26,12 @@ from neuscale_opt.alloc.attainment import (
     safe_load,
 )
 from neuscale_opt.candidates import build_coefficients
-from neuscale_opt.coefficients import meets_slo
 from neuscale_opt.replay import ReplayOptions, replay
 from neuscale_opt.traces.demand import rate_modulation
 from neuscale_opt.traces.spec import BucketSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
-from replay_builders import plan_of, tiny_instance  # noqa: E402
+from replay_builders import plan_of  # noqa: E402
 
 TARGET = 0.99
 HORIZON_S = 1800.0
@@ -101,14 +101,7 @@ def test_modulation_nodes_moments():
 
 @pytest.fixture(scope="module")
 def one_class():
-    inst = tiny_instance({"a": 1.0}, epochs=1, length_s=HORIZON_S)
-    coeffs = build_coefficients(inst)
-    cfg = coeffs.configs
-    cfg = cfg[(cfg["phase"] == "colocated") & (cfg["bucket"] == "a") & meets_slo(cfg, coeffs.buckets)].copy()
-    # the least-energy configuration of each batch size from 2 to 64 slots
-    pick = cfg.sort_values(["energy_j_per_req", "config_id"]).drop_duplicates("batch")
-    pick = pick[(pick["batch"] * pick["pp"] >= 2) & (pick["batch"] * pick["pp"] <= 64)].sort_values("batch")
-    return inst, coeffs, pick.reset_index(drop=True)
+    return one_class_picks(HORIZON_S)
 
 
 def _model_args(cfg: pd.DataFrame, buckets: pd.DataFrame) -> tuple:
@@ -189,23 +182,6 @@ def _modulated_trace(lam: float, s_in: int, s_out: int, c2: float, slot_s: float
     return pd.DataFrame({"arrival_s": t, **lengths, "bucket": "a"})
 
 
-def _one_vpod(r, lam: float) -> dict:
-    return {
-        "epoch": 0,
-        "bucket": "a",
-        "phase": "colocated",
-        "chip": r.chip,
-        "shape": r.shape,
-        "chips_per_vpod": int(r.chips_per_vpod),
-        "tp": int(r.tp),
-        "pp": int(r.pp),
-        "ep": int(r.ep),
-        "batch": int(r.batch),
-        "n_vpods": 1,
-        "rate_rps": lam,
-    }
-
-
 def test_modulated_safe_load_against_one_vpod_replays(one_class):
     """One vPod replayed for 30 minutes under arrivals whose rate is redrawn every 5 s from a gamma
     law of c2 = 0.3 (mean of two seeds): at the modulated safe load it keeps the target (less the
@@ -221,7 +197,7 @@ def test_modulated_safe_load_against_one_vpod_replays(one_class):
     def replayed(r, load: float, seed: int) -> float:
         lam = load * float(r.max_rate_rps)
         tr = _modulated_trace(lam, s_in, s_out, c2, 5.0, seed)
-        res = replay(plan_of([_one_vpod(r, lam)]), inst, trace=tr, options=ReplayOptions(surge=False), coeffs=coeffs)
+        res = replay(plan_of([one_vpod(r, lam)]), inst, trace=tr, options=ReplayOptions(surge=False), coeffs=coeffs)
         return float(res.totals["slo_attainment"])
 
     assert len(pick) >= 4
