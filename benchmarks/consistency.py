@@ -42,12 +42,14 @@ the vPods drain, at energy and chip-hours the plan does not account; for the pla
 demand unserved that replay's totals are shown too (``all admitted``), with the tokens each side
 serves and the chip-hours held past the horizon, to show the size of the difference.
 
-Run: ``.venv/bin/python benchmarks/consistency.py [--quick] [--epochs N] [--no-pooled] [--only LABEL,...]
-[--out PATH]`` (every epoch: 15-25 min per scenario on two cores shared with other work, load 4-8;
-the scenarios can run side by side with ``--only`` and their own ``--out``; the file is rewritten
-after every scenario, and the rows are kept in a ``.json`` beside it). ``--quick``: 2 epochs, no
-pooled-vs-dedicated pair. A plan that is not a plan for every epoch (a heuristic infeasible in some
-epochs plans none of them) cannot be replayed; it is listed as not compared, with the reason.
+Run: ``.venv/bin/python benchmarks/consistency.py [--quick] [--epochs N] [--no-pooled] [--only
+LABEL,...] [--extra] [--out PATH]`` (``--extra``: the six scenarios outside the shipped ones,
+``headline.EXTRA``, into ``consistency_extra_results.md``) (every epoch: 15-25 min per scenario on
+two cores shared with other work, load 4-8; the scenarios can run side by side with ``--only`` and
+their own ``--out``; the file is rewritten after every scenario, and the rows are kept in a
+``.json`` beside it). ``--quick``: 2 epochs, no pooled-vs-dedicated pair. A plan that is not a plan
+for every epoch (a heuristic infeasible in some epochs plans none of them) cannot be replayed; it is
+listed as not compared, with the reason.
 """
 
 from __future__ import annotations
@@ -421,8 +423,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-pooled", action="store_true", help="skip the pooled MILP plans (the slow ones)")
     ap.add_argument("--only", default=None, help="comma-separated scenario labels to run (default: all)")
     ap.add_argument("--quick", action="store_true", help="2 epochs, no pooled pair (a smoke run)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "consistency_results.md"))
+    ap.add_argument(
+        "--extra",
+        action="store_true",
+        help="run the scenarios outside the shipped ones (headline.EXTRA) instead; "
+        "default --out consistency_extra_results.md",
+    )
+    ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.out is None:
+        name = "consistency_extra_results.md" if args.extra else "consistency_results.md"
+        args.out = str(ROOT / "benchmarks" / name)
     if args.quick:
         args.epochs = args.epochs or 2
         args.no_pooled = True
@@ -431,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     loads: list[tuple[str, float, float, float]] = []  # scenario, load before, load after, seconds
     only = {s.strip() for s in args.only.split(",")} if args.only else None
     scope = f"first {args.epochs} epochs of each scenario" if args.epochs else "every epoch of each scenario"
-    for case in cases(True, args.epochs):
+    for case in cases(True, args.epochs, extra=args.extra):
         if only is not None and case.label not in only:
             continue
         t0 = time.perf_counter()
