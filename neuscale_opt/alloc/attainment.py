@@ -441,16 +441,18 @@ def _bisect_steady(args: tuple, tail: tuple | None, prompt: tuple | None, goal: 
     """The safe loads of rows under Poisson arrivals at a steady rate (AT0-AT3): bisection on the
     rate. ``args`` as :func:`attainment`'s after the rate, ``mu_rps`` last."""
     mu = args[-1]
+    return _largest_load(lambda load: attainment(load * mu, *args, tail=tail, prompt=prompt) >= goal, len(mu))
 
-    def meets(lam: np.ndarray) -> np.ndarray:
-        return attainment(lam, *args, tail=tail, prompt=prompt) >= goal
 
-    lo = np.zeros(len(mu))
-    hi = np.ones(len(mu))
-    full_ok = meets(mu)
+def _largest_load(meets: Any, n: int) -> np.ndarray:
+    """Per row, the largest load in (0, 1] at which ``meets(load)`` (rows' loads -> bool per row,
+    decreasing in the load) holds: 1 where it holds at full load, else bisection from (0, 1)."""
+    lo = np.zeros(n)
+    hi = np.ones(n)
+    full_ok = meets(np.ones(n))
     for _ in range(_BISECT_STEPS):
         mid = 0.5 * (lo + hi)
-        ok = meets(mid * mu)
+        ok = meets(mid)
         lo = np.where(ok, mid, lo)
         hi = np.where(ok, hi, mid)
     return np.where(full_ok, 1.0, lo)
@@ -477,15 +479,7 @@ def _bisect_modulated(
         val = table[rows, j] * (1.0 - f) + table[rows, j + 1] * f
         return np.where(x <= last * (1 + 1e-12), val, 0.0) @ w
 
-    lo = np.zeros(len(mu))
-    hi = np.ones(len(mu))
-    full_ok = average(np.ones(len(mu))) >= goal
-    for _ in range(_BISECT_STEPS):
-        mid = 0.5 * (lo + hi)
-        ok = average(mid) >= goal
-        lo = np.where(ok, mid, lo)
-        hi = np.where(ok, hi, mid)
-    return np.where(full_ok, 1.0, lo)
+    return _largest_load(lambda load: average(load) >= goal, len(mu))
 
 
 def node_matrix(buckets: pd.DataFrame, classes: pd.Series, rep: np.ndarray, column: str) -> np.ndarray:

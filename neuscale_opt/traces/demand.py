@@ -264,6 +264,14 @@ def base_variance(counts: np.ndarray) -> float:
     return max(m, float(np.median(d2)) / (2.0 * _CHI2_1_MEDIAN))
 
 
+def movement_beyond(v: np.ndarray | float, v0: np.ndarray | float, dof: int) -> np.ndarray:
+    """The count variance ``v`` inside windows (around each window's own mean, ``dof`` degrees of
+    freedom) beyond the steady-rate variance ``v0``, less a two-standard-error allowance for the
+    estimate: ``max(v - v0 - 2 v0 sqrt(2 / dof), 0)``. The one rule of D8 (``v0`` = D7) and D12
+    (``v0`` = the Poisson mean) of ``formulations/forecast.md``."""
+    return np.maximum(np.asarray(v, dtype=float) - v0 - 2.0 * np.asarray(v0, dtype=float) * math.sqrt(2.0 / dof), 0.0)
+
+
 def sizing_window(
     trace: pd.DataFrame,
     epoch_s: float = DEFAULT_EPOCH_S,
@@ -289,9 +297,9 @@ def sizing_window(
         m = float(c.mean())
         dof = c.size - c.shape[0] * c.shape[1]
         v = float(((c - c.mean(axis=2, keepdims=True)) ** 2).sum() / dof)
-        extra = max(v - v0 - 2.0 * v0 * math.sqrt(2.0 / dof), 0.0)
+        extra = float(movement_beyond(v, v0, dof))  # D8
         rows.append({"window_s": k * base_s, "cv_extra": math.sqrt(extra) / m if m > 0 else 0.0})
-    # the longest window up to which every candidate keeps the movement within the headroom
+    # D9: the longest window up to which every candidate keeps the movement within the headroom
     w = base_s
     first_bad = None
     for r in rows:
@@ -414,7 +422,7 @@ def rate_modulation(
     m = total / (n_win * k)
     v = (sq - between) / dof
     with np.errstate(invalid="ignore", divide="ignore"):
-        c2 = np.where(m > 0, np.maximum(v - m - 2.0 * m * math.sqrt(2.0 / dof), 0.0) / np.maximum(m, 1e-300) ** 2, 0.0)
+        c2 = np.where(m > 0, movement_beyond(v, m, dof) / np.maximum(m, 1e-300) ** 2, 0.0)
     out[:] = c2
     return out
 

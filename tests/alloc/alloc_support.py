@@ -5,15 +5,21 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import sys
 from pathlib import Path
 
 from neuscale_opt.alloc.options import PlanOptions
+from neuscale_opt.candidates import build_coefficients
 from neuscale_opt.cli import main
+from neuscale_opt.coefficients import meets_slo
 from neuscale_opt.planning import load_plan_input
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTANCES = ROOT / "instances" / "alloc"
 EXPECTED = json.loads((INSTANCES / "expected.json").read_text())
+
+sys.path.insert(0, str(ROOT / "tests" / "replay"))
+from replay_builders import row, tiny_instance  # noqa: E402
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
@@ -31,34 +37,14 @@ def case_inputs(case: dict):
 
 def one_vpod(r, lam: float, bucket: str = "a") -> dict:
     """The plan row of one vPod of configuration ``r`` (a candidate row) serving ``bucket`` at ``lam`` req/s."""
-    return {
-        "epoch": 0,
-        "bucket": bucket,
-        "phase": "colocated",
-        "chip": r.chip,
-        "shape": r.shape,
-        "chips_per_vpod": int(r.chips_per_vpod),
-        "tp": int(r.tp),
-        "pp": int(r.pp),
-        "ep": int(r.ep),
-        "batch": int(r.batch),
-        "n_vpods": 1,
-        "rate_rps": lam,
-    }
+    ints = {c: int(getattr(r, c)) for c in ("chips_per_vpod", "tp", "pp", "ep", "batch")}
+    return row(0, bucket, 1, chip=r.chip, shape=r.shape, rate_rps=lam, **ints)
 
 
 def one_class_picks(horizon_s: float):
     """``(instance, coefficients, picks)`` of the one-class calibration cases: a tiny one-class
     Llama-3-8B instance of one epoch of ``horizon_s`` and, among its colocated SLO-feasible rows,
     the least-energy configuration of each batch size from 2 to 64 slots (index reset)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
-    from replay_builders import tiny_instance
-
-    from neuscale_opt.candidates import build_coefficients
-    from neuscale_opt.coefficients import meets_slo
-
     inst = tiny_instance({"a": 1.0}, epochs=1, length_s=horizon_s)
     coeffs = build_coefficients(inst)
     cfg = coeffs.configs
