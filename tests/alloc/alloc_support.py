@@ -8,6 +8,10 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
+from neuscale_opt.alloc.attainment import _prompt_args, _tail_args
 from neuscale_opt.alloc.options import PlanOptions
 from neuscale_opt.candidates import build_coefficients
 from neuscale_opt.cli import main
@@ -52,3 +56,22 @@ def one_class_picks(horizon_s: float):
     pick = cfg.sort_values(["energy_j_per_req", "config_id"]).drop_duplicates("batch")
     pick = pick[(pick["batch"] * pick["pp"] >= 2) & (pick["batch"] * pick["pp"] <= 64)].sort_values("batch")
     return inst, coeffs, pick.reset_index(drop=True).copy()
+
+
+def attainment_inputs(cfg: pd.DataFrame, buckets: pd.DataFrame) -> tuple:
+    """:func:`attainment`'s arguments for the rows of ``cfg`` (as the safe loads build them)."""
+    slo = buckets.set_index("bucket")
+    b = cfg["bucket"].astype(str).reset_index(drop=True)
+    idx = np.arange(len(cfg))
+    out_tok = b.map(slo["output_tokens"]).astype(float).to_numpy()
+    args = (
+        cfg["phase"].to_numpy(dtype=object),
+        (cfg["batch"] * cfg["pp"]).to_numpy(float),
+        cfg["ttft_s"].to_numpy(float),
+        cfg["tpot_s"].to_numpy(float),
+        out_tok,
+        b.map(slo["ttft_slo_s"]).astype(float).to_numpy(),
+        cfg["max_rate_rps"].to_numpy(float),
+    )
+    cfg = cfg.reset_index(drop=True)
+    return args, _tail_args(cfg, slo, b, idx, out_tok), _prompt_args(cfg, slo, b, idx)

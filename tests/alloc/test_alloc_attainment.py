@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from alloc_support import one_class_picks, one_vpod
+from alloc_support import attainment_inputs, one_class_picks, one_vpod
 
 from neuscale_opt.alloc.attainment import DEFAULT_UTIL_CAP, erlang_c, md1_decay, safe_load
 from neuscale_opt.alloc.context import usable_configs
@@ -238,30 +238,13 @@ def test_tpot_tail_safe_load_against_mixed_length_replays(mixed_lengths):
 def test_safe_load_is_where_the_full_formula_crosses_the_target(mixed_lengths):
     """``safe_load`` evaluates AT3 only on rows where it can bind; the loads it returns are where
     the whole formula (``attainment`` with every row's tail) crosses the target."""
-    from neuscale_opt.alloc.attainment import attainment, node_matrix
+    from neuscale_opt.alloc.attainment import attainment
 
     _, coeffs, _ = mixed_lengths
     cfg = coeffs.configs
     cfg = cfg[(cfg["phase"] == "colocated") & meets_slo(cfg, coeffs.buckets)].reset_index(drop=True)
     u = safe_load(cfg, coeffs.buckets, TARGET)
-    slo = coeffs.buckets.set_index("bucket")
-    b = cfg["bucket"].astype(str)
-    out = b.map(slo["output_tokens"]).astype(float).to_numpy()
-    tail = (
-        node_matrix(slo, b, out, "output_nodes"),
-        b.map(slo["tpot_slo_s"]).astype(float).to_numpy(),
-        cfg["step_s"].to_numpy(float),
-        cfg["stall_s_per_req"].to_numpy(float),
-    )
-    args = (
-        cfg["phase"].to_numpy(object),
-        (cfg["batch"] * cfg["pp"]).to_numpy(float),
-        cfg["ttft_s"].to_numpy(float),
-        cfg["tpot_s"].to_numpy(float),
-        out,
-        b.map(slo["ttft_slo_s"]).astype(float).to_numpy(),
-        cfg["max_rate_rps"].to_numpy(float),
-    )
+    args, tail, _prompt = attainment_inputs(cfg, coeffs.buckets)  # every row's tail
     mu = args[-1]
     assert np.all(attainment(u * mu, *args, tail=tail) >= TARGET - 1e-12)
     inner = u < 1.0

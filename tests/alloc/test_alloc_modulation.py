@@ -13,13 +13,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from alloc_support import one_class_picks, one_vpod
+from alloc_support import attainment_inputs, one_class_picks, one_vpod
 from scipy import integrate
 from scipy.stats import gamma
 
 from neuscale_opt.alloc.attainment import (
-    _prompt_args,
-    _tail_args,
     attainment,
     modulated_attainment,
     modulation_nodes,
@@ -104,30 +102,11 @@ def one_class():
     return one_class_picks(HORIZON_S)
 
 
-def _model_args(cfg: pd.DataFrame, buckets: pd.DataFrame) -> tuple:
-    """:func:`attainment`'s arguments for the rows of ``cfg`` (as the safe loads build them)."""
-    slo = buckets.set_index("bucket")
-    b = cfg["bucket"].astype(str).reset_index(drop=True)
-    idx = np.arange(len(cfg))
-    out_tok = b.map(slo["output_tokens"]).astype(float).to_numpy()
-    args = (
-        cfg["phase"].to_numpy(dtype=object),
-        (cfg["batch"] * cfg["pp"]).to_numpy(float),
-        cfg["ttft_s"].to_numpy(float),
-        cfg["tpot_s"].to_numpy(float),
-        out_tok,
-        b.map(slo["ttft_slo_s"]).astype(float).to_numpy(),
-        cfg["max_rate_rps"].to_numpy(float),
-    )
-    cfg = cfg.reset_index(drop=True)
-    return args, _tail_args(cfg, slo, b, idx, out_tok), _prompt_args(cfg, slo, b, idx)
-
-
 def test_modulated_attainment_is_the_size_biased_integral(one_class):
     """The nodes' average against the integral of Attainment(lambda g) over the size-biased
     gamma density (scipy.integrate.quad), at a load where it matters; c2 = 0 is AT0-AT3."""
     _inst, coeffs, pick = one_class
-    args, tail, prompt = _model_args(pick, coeffs.buckets)
+    args, tail, prompt = attainment_inputs(pick, coeffs.buckets)
     mu = args[-1]
     lam = 0.4 * mu
     assert np.allclose(
@@ -163,7 +142,7 @@ def test_safe_load_grid_against_the_exact_mixture(one_class):
     assert np.array_equal(safe_load(pick, coeffs.buckets.assign(rate_cv2=0.0), TARGET), steady)
     u = safe_load(pick, coeffs.buckets.assign(rate_cv2=c2), TARGET)
     assert np.all(u < steady)
-    args, tail, prompt = _model_args(pick, coeffs.buckets)
+    args, tail, prompt = attainment_inputs(pick, coeffs.buckets)
     mu = args[-1]
     c = np.full(len(u), c2)
     at = modulated_attainment(u * mu, c, *args, tail=tail, prompt=prompt)
