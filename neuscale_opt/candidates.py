@@ -929,7 +929,7 @@ def _read_trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.Dat
     sums = dem.groupby(dem["bucket"].astype(str))[list(dict.fromkeys(["mean_rps", col]))].sum()
     phi = (sums["mean_rps"] / sums[col].where(sums[col] > 0)).fillna(1.0).clip(upper=1.0)
     buckets["mean_rate_ratio"] = buckets["bucket"].map(phi).astype(float).fillna(1.0).to_numpy()
-    # the class's rate movement inside the window whose mean rate is planned, beyond Poisson (D12):
+    # the class's slow rate movement inside the window whose mean rate is planned (D12):
     # the safe loads' AT4. A plan for each class's busiest sub-window (peak) sits above that
     # movement already (formulations/allocation.md, AT4)
     if w.arrivals == "modulated" and w.provision_for in ("burst", "mean"):

@@ -45,7 +45,7 @@ at 0), decreasing in lambda.
 
 * AT4, **the rate moves.** AT1-AT3 take Poisson arrivals at a steady rate. A trace's rate moves
   inside the window whose mean rate is planned (``buckets.rate_cv2`` = c2, the squared
-  coefficient of variation of the class's rate beyond Poisson's, D12 of
+  coefficient of variation of the slow part of the class's rate (adjacent slots share it), D12 of
   ``formulations/forecast.md``; thinning to one vPod keeps it). The vPod then sees Poisson
   arrivals at a rate Lambda = lambda G that varies slowly against its queues, G ~ Gamma(shape
   1 / c2, mean 1); a request arrives at rate G with probability proportional to G, so the share

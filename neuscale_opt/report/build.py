@@ -1150,11 +1150,11 @@ def _arrivals_words(coeffs: Any) -> str:
         return "Poisson arrivals at the sized rate"
     c2 = b["rate_cv2"].astype(float)
     if not (c2 > 0).any():
-        return "Poisson arrivals at the sized rate (the trace's rate moves no more than that inside the sizing window)"
+        return "Poisson arrivals at the sized rate (the trace's rate shows no slow movement inside the sizing window)"
     top = b.loc[c2.idxmax(), "bucket"]
     return (
         "arrivals whose rate moves inside the sizing window as the trace's does "
-        f"(squared coefficient of variation beyond Poisson up to {c2.max():.3g}, class {top}; "
+        f"(squared coefficient of variation of its slow movement up to {c2.max():.3g}, class {top}; "
         "formulations/allocation.md AT4)"
     )
 

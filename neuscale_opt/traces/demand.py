@@ -377,19 +377,25 @@ def rate_modulation(
     scale_s: float = DEFAULT_MODULATION_SCALE_S,
     horizon_s: float | None = None,
 ) -> pd.Series:
-    """Per class, ``c2``: the squared coefficient of variation of its arrival rate over ``scale_s``
-    inside the sizing windows of ``window_s`` beyond Poisson (``spec=None``: one class ``all``; D12
-    of ``formulations/forecast.md``; the modulated arrivals of the safe loads, AT4 of
+    """Per class, ``c2``: the squared coefficient of variation of the *slow* part of its arrival
+    rate over ``scale_s`` inside the sizing windows of ``window_s`` (``spec=None``: one class ``all``;
+    D12 of ``formulations/forecast.md``; the modulated arrivals of the safe loads, AT4 of
     ``formulations/allocation.md``).
 
     The horizon is tiled with windows of ``window_s`` from 0 (a trailing partial window is left out,
     and so is time the trace did not record); each holds ``k = floor(window_s / scale_s)`` slots of
-    ``scale_s``. With ``N`` the class's counts per slot, ``M`` their mean and ``V`` their variance
-    around each window's own mean (``dof`` = slots - windows), the rate's movement inside a window
-    beyond Poisson's, less a two-standard-error allowance for the estimate, over the squared mean:
-    ``c2 = max(V - M - 2 M sqrt(2 / dof), 0) / M^2``. Thinning (routing a share of the class to a
-    vPod) leaves ``c2`` unchanged; Poisson arrivals at a steady rate inside each window give 0 (up to
-    the allowance), and so does a window of a single slot. Index: the class names (``bucket_names``)."""
+    ``scale_s``. With ``N`` the class's counts per slot, ``M`` their mean, centred on each window's
+    own mean, ``V`` their variance and ``C`` the covariance of adjacent slots (``P = windows x (k -
+    1)`` pairs): ``c2 = min(max(C + V / k - 2 V / sqrt(P), 0), max(V - M - 2 M sqrt(2 / P), 0)) /
+    M^2`` (``slow_movement``, no more than the whole movement beyond Poisson, ``movement_beyond``,
+    which keeps a class of a few arrivals, whose one coincidence would pass for a movement, at 0).
+    A rate that moves slowly against a slot raises adjacent counts together (``C`` = the rate's
+    variance x ``scale_s^2``); Poisson arrivals, and requests that arrive in clumps (several at one
+    instant, the clumps independent), add variance to each slot but nothing to ``C``, so they give
+    0 (the clumps are the queues' to absorb, as AT1-AT2's own Poisson clumping is). ``V / k``
+    undoes the centring's bias (``-V / k`` for independent slots) and ``2 V / sqrt(P)`` is a
+    two-standard-error allowance. Thinning (routing a share of the class to a vPod) leaves ``c2``
+    unchanged; a window of a single slot gives 0. Index: the class names (``bucket_names``)."""
     if not (math.isfinite(window_s) and window_s > 0 and math.isfinite(scale_s) and scale_s > 0):
         raise InputError(f"modulation window ({window_s}) and scale ({scale_s}) must be > 0", where="demand")
     names = bucket_names(spec) if spec is not None else [ALL]
@@ -407,24 +413,48 @@ def rate_modulation(
     keep = (t >= 0) & (win < n_win) & (slot < k)
     b, win, slot = b[keep].astype(np.int64), win[keep].astype(np.int64), slot[keep].astype(np.int64)
     # sums over the occupied slots and windows only (empty ones add nothing): memory in arrivals,
-    # not in slots; sum of (N - window mean)^2 = sum N^2 - sum over windows (window total)^2 / k
+    # not in slots. Per window of total T and mean m = T / k, centred on m:
+    #   sum (N - m)^2 = sum N^2 - T^2 / k
+    #   sum_{i < k-1} (N_i - m)(N_{i+1} - m) = sum N_i N_{i+1} - m (2 T - N_0 - N_{k-1}) + (k - 1) m^2
     n_cls = len(names)
-    _, slot_of, slot_n = np.unique((b * n_win + win) * k + slot, return_inverse=True, return_counts=True)
-    _, win_of, win_n = np.unique(b * n_win + win, return_inverse=True, return_counts=True)
-    cls_of_slot = np.zeros(len(slot_n), np.int64)
-    cls_of_slot[slot_of] = b
-    cls_of_win = np.zeros(len(win_n), np.int64)
-    cls_of_win[win_of] = b
-    sq = np.bincount(cls_of_slot, weights=slot_n.astype(np.float64) ** 2, minlength=n_cls)
-    between = np.bincount(cls_of_win, weights=win_n.astype(np.float64) ** 2, minlength=n_cls) / k
+    keys, slot_of, slot_n = np.unique((b * n_win + win) * k + slot, return_inverse=True, return_counts=True)
+    wkeys, win_of, win_n = np.unique(b * n_win + win, return_inverse=True, return_counts=True)
+    cls_of_slot = keys // (n_win * k)
+    pos = keys % k
+    cls_of_win = wkeys // n_win
+    cnt = slot_n.astype(np.float64)
+    tot = win_n.astype(np.float64)
+    sq = np.bincount(cls_of_slot, weights=cnt**2, minlength=n_cls)
+    between = np.bincount(cls_of_win, weights=tot**2, minlength=n_cls) / k
+    # adjacent occupied slots of one window: keys one apart, the first not the window's last slot
+    adj = (np.diff(keys) == 1) & (pos[:-1] < k - 1)
+    prod = np.bincount(cls_of_slot[:-1][adj], weights=(cnt[:-1] * cnt[1:])[adj], minlength=n_cls)
+    wkey_of_slot = keys // k
+    w_index = np.searchsorted(wkeys, wkey_of_slot)
+    edge = np.zeros(len(wkeys))
+    np.add.at(edge, w_index, np.where((pos == 0) | (pos == k - 1), cnt, 0.0))
+    m_w = tot / k
+    cross = np.bincount(cls_of_win, weights=-m_w * (2.0 * tot - edge) + (k - 1) * m_w**2, minlength=n_cls)
     total = np.bincount(b, minlength=n_cls).astype(np.float64)
-    dof = n_win * (k - 1)
+    pairs = n_win * (k - 1)
     m = total / (n_win * k)
-    v = (sq - between) / dof
+    v = (sq - between) / pairs
+    c = (prod + cross) / pairs
     with np.errstate(invalid="ignore", divide="ignore"):
-        c2 = np.where(m > 0, movement_beyond(v, m, dof) / np.maximum(m, 1e-300) ** 2, 0.0)
+        slow = np.minimum(slow_movement(c, v, k, pairs), movement_beyond(v, m, pairs))
+        c2 = np.where(m > 0, slow / np.maximum(m, 1e-300) ** 2, 0.0)
     out[:] = c2
     return out
+
+
+def slow_movement(c: np.ndarray | float, v: np.ndarray | float, k: int, pairs: int) -> np.ndarray:
+    """D12's slow movement of a rate: the covariance ``c`` of adjacent slot counts (centred on each
+    window's mean, ``k`` slots a window, ``pairs`` adjacent pairs in all) with the centring's bias
+    ``-v / k`` undone (``v`` the counts' variance), less a two-standard-error allowance ``2 v /
+    sqrt(pairs)`` (the standard error of ``c`` for independent slots): ``max(c + v / k - 2 v /
+    sqrt(pairs), 0)``."""
+    v = np.asarray(v, dtype=float)
+    return np.maximum(np.asarray(c, dtype=float) + v / k - 2.0 * v / math.sqrt(pairs), 0.0)
 
 
 def prewarm_lead_s(create_delay_s: float, prewarm: bool, epoch_s: float) -> float:

@@ -47,39 +47,51 @@ SPEC = BucketSpec(kind="total", edges=(512,))
 
 
 def test_rate_modulation_hand_counted():
-    """Slots of 2 s alternating 0 and 20 arrivals inside 300-s windows, 12 windows: mean M = 10,
-    variance around each window's mean 100 x 150 / 149 (dof = 12 x 149), so
-    c2 = (V - M - 2 M sqrt(2 / dof)) / M^2 by hand."""
-    counts = np.tile([0, 20], 150 * 12 // 2)
-    got = rate_modulation(_arrivals(counts, 2.0), SPEC, 300.0, scale_s=2.0)
-    dof = 12 * 149
-    v = 100.0 * 150 / 149
-    want = (v - 10.0 - 2 * 10.0 * math.sqrt(2 / dof)) / 100.0
-    assert got["s0-512"] == pytest.approx(want, rel=1e-12)
+    """A slow movement: 2-s slots of 0 and 20 arrivals in runs of ten, inside 200-s windows (100
+    slots, five runs of each), 12 windows. Centred on each window's mean M = 10 every slot is off by
+    10: variance V = 100 x 100 / 99 (99 pairs a window), and of the 99 adjacent pairs 90 share a
+    run (+100) and 9 straddle a switch (-100): covariance C = 8,100 / 99. By hand, c2 = min(C + V /
+    100 - 2 V / sqrt(P), V - M - 2 M sqrt(2 / P)) / M^2 with P = 12 x 99."""
+    counts = np.tile(np.repeat([0, 20], 10), 5 * 12)
+    got = rate_modulation(_arrivals(counts, 2.0), SPEC, 200.0, scale_s=2.0)
+    pairs = 12 * 99
+    v = 100.0 * 100 / 99
+    c = 8100.0 / 99
+    slow = c + v / 100 - 2 * v / math.sqrt(pairs)
+    beyond = v - 10.0 - 2 * 10.0 * math.sqrt(2 / pairs)
+    assert slow < beyond
+    assert got["s0-512"] == pytest.approx(slow / 100.0, rel=1e-12)
     assert got["s512-inf"] == 0.0  # no arrivals
+    # the same counts alternating slot by slot: clumps, not a movement (adjacent slots anti-correlated)
+    assert rate_modulation(_arrivals(np.tile([0, 20], 6000), 2.0), SPEC, 200.0, scale_s=2.0)["s0-512"] == 0.0
     # a steady count (less variable than Poisson) moves nothing; one slot per window cannot show movement
     assert rate_modulation(_arrivals(np.full(1800, 10), 2.0), SPEC, 300.0)["s0-512"] == 0.0
     assert rate_modulation(_arrivals(counts, 2.0), SPEC, 2.0, scale_s=2.0)["s0-512"] == 0.0
     # a trailing partial window is left out: the same 12 windows with 100 s more recorded
     longer = _arrivals(np.concatenate([counts, np.full(50, 20)]), 2.0)
-    assert rate_modulation(longer, SPEC, 300.0, scale_s=2.0)["s0-512"] == pytest.approx(want, rel=1e-12)
+    assert rate_modulation(longer, SPEC, 200.0, scale_s=2.0)["s0-512"] == pytest.approx(slow / 100.0, rel=1e-12)
 
 
 def test_rate_modulation_poisson_thinned_and_modulated():
-    """Poisson arrivals at a steady rate give 0 (the allowance covers the estimate's noise);
-    gamma-modulated ones give their c2, and a random thinning to a third keeps it."""
+    """Poisson arrivals at a steady rate give 0 (the allowance covers the estimate's noise), and so
+    do clumps (the rate redrawn independently in every 2-s slot); a gamma-distributed rate redrawn
+    every 10 s gives its c2 less what a slot pair straddling a redraw (1 in 5) and each window's own
+    mean (1 of its 30 redraws) hide, and a random thinning to a third keeps it."""
     rng = np.random.default_rng(3)
     steady = rng.poisson(20.0, 1800)
     assert rate_modulation(_arrivals(steady, 2.0), SPEC, 300.0)["s0-512"] == 0.0
     c2 = 0.2
     slots = 3600
-    counts = rng.poisson(20.0 * rng.gamma(1 / c2, c2, slots))
+    clumps = rng.poisson(20.0 * rng.gamma(1 / c2, c2, slots))
+    assert rate_modulation(_arrivals(clumps, 2.0), SPEC, 300.0)["s0-512"] < 0.01
+    counts = rng.poisson(20.0 * np.repeat(rng.gamma(1 / c2, c2, slots // 5), 5))
     tr = _arrivals(counts, 2.0)
+    want = c2 * (4 / 5) * (29 / 30)
     full = rate_modulation(tr, SPEC, 300.0)["s0-512"]
-    assert full == pytest.approx(c2, rel=0.15)
+    assert full == pytest.approx(want, rel=0.15)
     thinned = tr[rng.random(len(tr)) < 1 / 3].reset_index(drop=True)
     thinned.attrs = dict(tr.attrs)
-    assert rate_modulation(thinned, SPEC, 300.0)["s0-512"] == pytest.approx(c2, rel=0.2)
+    assert rate_modulation(thinned, SPEC, 300.0)["s0-512"] == pytest.approx(want, rel=0.2)
 
 
 def test_modulation_nodes_moments():
