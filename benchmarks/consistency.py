@@ -43,7 +43,7 @@ demand unserved that replay's totals are shown too (``all admitted``), with the 
 serves and the chip-hours held past the horizon, to show the size of the difference.
 
 Run: ``.venv/bin/python benchmarks/consistency.py [--quick] [--epochs N] [--no-pooled] [--only
-LABEL,...] [--extra] [--out PATH]`` (``--extra``: the six scenarios outside the shipped ones,
+LABEL,...] [--extra] [--out PATH]`` (``--extra``: the seven scenarios outside the shipped ones,
 ``headline.EXTRA``, into ``consistency_extra_results.md``) (every epoch: 15-25 min per scenario on
 two cores shared with other work, load 4-8; the scenarios can run side by side with ``--only`` and
 their own ``--out``; the file is rewritten after every scenario, and the rows are kept in a

@@ -68,7 +68,7 @@ METRIC = {"energy": "goodput_tokens_per_joule", "cost": "goodput_tokens_per_usd"
 
 
 def scenarios() -> dict[str, Callable[[], Instance]]:
-    """The headline's four scenarios, then the six outside it (``headline.EXTRA``: same fleet, SLO
+    """The headline's four scenarios, then the seven outside it (``headline.EXTRA``: same fleet, SLO
     and epochs)."""
     out: dict[str, Callable[[], Instance]] = {c.label: (lambda c=c: c.instance) for c in cases(True, None)}
     for label in EXTRA:
