@@ -417,8 +417,8 @@ def rate_modulation(
     #   sum (N - m)^2 = sum N^2 - T^2 / k
     #   sum_{i < k-1} (N_i - m)(N_{i+1} - m) = sum N_i N_{i+1} - m (2 T - N_0 - N_{k-1}) + (k - 1) m^2
     n_cls = len(names)
-    keys, slot_of, slot_n = np.unique((b * n_win + win) * k + slot, return_inverse=True, return_counts=True)
-    wkeys, win_of, win_n = np.unique(b * n_win + win, return_inverse=True, return_counts=True)
+    keys, slot_n = np.unique((b * n_win + win) * k + slot, return_counts=True)
+    wkeys, win_n = np.unique(b * n_win + win, return_counts=True)
     cls_of_slot = keys // (n_win * k)
     pos = keys % k
     cls_of_win = wkeys // n_win
@@ -429,10 +429,8 @@ def rate_modulation(
     # adjacent occupied slots of one window: keys one apart, the first not the window's last slot
     adj = (np.diff(keys) == 1) & (pos[:-1] < k - 1)
     prod = np.bincount(cls_of_slot[:-1][adj], weights=(cnt[:-1] * cnt[1:])[adj], minlength=n_cls)
-    wkey_of_slot = keys // k
-    w_index = np.searchsorted(wkeys, wkey_of_slot)
-    edge = np.zeros(len(wkeys))
-    np.add.at(edge, w_index, np.where((pos == 0) | (pos == k - 1), cnt, 0.0))
+    w_index = np.searchsorted(wkeys, keys // k)
+    edge = np.bincount(w_index, weights=np.where((pos == 0) | (pos == k - 1), cnt, 0.0), minlength=len(wkeys))
     m_w = tot / k
     cross = np.bincount(cls_of_win, weights=-m_w * (2.0 * tot - edge) + (k - 1) * m_w**2, minlength=n_cls)
     total = np.bincount(b, minlength=n_cls).astype(np.float64)
