@@ -556,19 +556,21 @@ def ceiling(milp: Run, base: Run, metric: str) -> float:
     (``relaxation_bound(serve_all=True)`` on the demand the instance sizes for, the same scaling
     rules and inventory), over the baseline's replayed value. NaN without such a bound (no schedule
     serves the whole demand, or a metric without one)."""
-    b = milp.full_service_bound
-    if metric not in CEILING_OF or b is None or not b > 0:
+    return _offered_ratio(milp, milp.full_service_bound, base, metric)
+
+
+def _offered_ratio(milp: Run, objective: float | None, base: Run, metric: str) -> float:
+    """Every offered output token (``milp``'s replay) over ``objective`` (J or USD of a full-service
+    schedule or bound), over ``base``'s replayed ``metric``; NaN without an objective or a bound."""
+    if metric not in CEILING_OF or objective is None or not objective > 0:
         return math.nan
-    return _ratio(float(milp.replay.get("tokens_out_offered", math.nan)) / b, base.metric(metric))
+    return _ratio(float(milp.replay.get("tokens_out_offered", math.nan)) / objective, base.metric(metric))
 
 
 def best_ratio(milp: Run, base: Run, metric: str) -> float:
     """The best full-service schedule's ratio against ``base`` on ``metric`` (every offered output
     token over its objective, ``best_full_service``), NaN where it was not run."""
-    b = milp.best_schedule
-    if metric not in CEILING_OF or b is None or not b > 0:
-        return math.nan
-    return _ratio(float(milp.replay.get("tokens_out_offered", math.nan)) / b, base.metric(metric))
+    return _offered_ratio(milp, milp.best_schedule, base, metric)
 
 
 def ratio_ceiling(milp: Run, base: Run, metric: str) -> float:
