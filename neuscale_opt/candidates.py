@@ -889,7 +889,14 @@ def _trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFram
 
 def _read_trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.DataFrame]:
     from neuscale_opt.traces.buckets import DEFAULT_BUCKETS, bucket_names, bucket_table, length_nodes
-    from neuscale_opt.traces.demand import burst_demand, epoch_demand, observed_demand, rate_modulation
+    from neuscale_opt.traces.demand import (
+        burst_demand,
+        clump_sizes,
+        clumped,
+        epoch_demand,
+        observed_demand,
+        rate_modulation,
+    )
 
     w = inst.workload
     spec = w.buckets or DEFAULT_BUCKETS
@@ -938,6 +945,15 @@ def _read_trace_buckets_and_demand(inst: Instance) -> tuple[pd.DataFrame, pd.Dat
             window = dem.attrs.get("sizing_window", {}).get("window_s", window)
         c2 = rate_modulation(trace, spec, float(window), horizon_s=horizon_s)
         buckets["rate_cv2"] = buckets["bucket"].map(c2).astype(float).fillna(0.0).to_numpy()
+    # the class's clumps of requests recorded at one instant (D13): the safe loads' AT5, with the
+    # class's planned rate (its mean over the epochs that plan some) for the vPods a clump is
+    # split over. Only where the trace has clumps (otherwise AT0-AT4 unchanged)
+    if w.arrivals == "modulated":
+        laws = clump_sizes(trace, spec, horizon_s=horizon_s)
+        if any(clumped(v) for v in laws):
+            planned = dem[dem[col] > 0].groupby(dem["bucket"].astype(str))[col].mean()
+            buckets["clump_sizes"] = [tuple(laws.get(b, ())) for b in buckets["bucket"]]
+            buckets["clump_rate_rps"] = buckets["bucket"].map(planned).astype(float).fillna(0.0).to_numpy()
     demand = dem[["epoch", "bucket", col]].rename(columns={col: "rate_rps"})
     demand["mean_rps"] = dem["mean_rps"].to_numpy()  # the traffic that arrives (energy accounting)
     demand["bucket"] = demand["bucket"].astype(str)

@@ -65,7 +65,11 @@ of tokens), ``prompt_hi_tokens`` (its largest node) and ``prompt_reach`` (-): th
 at the same nodes, and the largest share of them one configuration prefills within the TTFT target (the
 model's AT0; absent = every prompt of ``input_tokens``, reach 1). Optional ``rate_cv2`` (-): the squared
 coefficient of variation of the class's arrival rate inside the sizing window beyond Poisson's (D12 of
-``formulations/forecast.md``; the model's AT4; absent or 0 = Poisson at a steady rate). Configurations may carry
+``formulations/forecast.md``; the model's AT4; absent or 0 = Poisson at a steady rate). Optional
+``clump_sizes`` (tuple of shares) and ``clump_rate_rps`` (req/s): the law of the class's clumps of
+requests that arrive at one instant (share of clumps of 1, 2, ... requests; D13) and the class's
+planned rate, which sets how many vPods a clump is split over (the model's AT5; absent or ``(1.0,)`` =
+no clumps). Configurations may carry
 ``ttft_hi_s``, the prefill of the class's ``prompt_hi_tokens`` (colocated rows).
 
 ``chips`` - per chip generation: ``chip``, ``healthy_chips`` (inventory; ``inf`` for unlimited),
@@ -291,6 +295,16 @@ def check_coefficients(c: Coefficients) -> None:
         cv2 = pd.to_numeric(c.buckets["rate_cv2"], errors="coerce").to_numpy(dtype=float)
         if not (np.isfinite(cv2) & (cv2 >= 0)).all():
             problems.append("buckets: rate_cv2 must be a finite number >= 0")
+    if "clump_sizes" in c.buckets.columns:
+        for name, law in zip(c.buckets["bucket"], c.buckets["clump_sizes"], strict=True):
+            p = np.asarray(law if isinstance(law, tuple | list) else [np.nan], dtype=float)
+            if len(p) and not (np.isfinite(p).all() and (p >= 0).all() and abs(p.sum() - 1.0) <= 1e-6):
+                problems.append(f"buckets: clump_sizes of class {name!r} must be shares >= 0 summing to 1")
+                break
+    if "clump_rate_rps" in c.buckets.columns:
+        cr = pd.to_numeric(c.buckets["clump_rate_rps"], errors="coerce").to_numpy(dtype=float)
+        if not (np.isfinite(cr) & (cr >= 0)).all():
+            problems.append("buckets: clump_rate_rps must be a finite number >= 0")
     if c.util_cap is not None and not (0 < c.util_cap <= 1):
         problems.append(f"util_cap must be in (0, 1], got {c.util_cap}")
     if c.epoch_s <= 0:

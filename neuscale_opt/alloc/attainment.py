@@ -56,6 +56,23 @@ at 0), decreasing in lambda.
   tabulate each row's Attainment on a grid of loads (``_GRID_POINTS``) and interpolate it at the
   nodes.
 
+* AT5, **arrivals in clumps.** Where a trace records several requests of a class at one instant
+  (``buckets.clump_sizes``, the law of the class's clump sizes, D13), the vPod receives clumps: the
+  router hands a clump's requests to the group's least-loaded vPods in turn, so over n = ceil(class
+  rate / lambda) vPods (``buckets.clump_rate_rps``, the class's planned rate) a vPod receives clumps
+  Y of law :func:`vpod_clumps`; a request finds J of its clump ahead of it (:func:`clump_ahead`).
+  AT2 becomes M^X/D/1 of the prefill's occupancy o (``stall_s_per_req``, the pipeline stage) with
+  the clump's own J ahead: sum_j P(J = j) [j o > x ? 1 : rho_o e^{-z (x - j o) / o}], rho_o =
+  lambda o, z = :func:`batch_decay`. AT1 takes the slots' occupancy at Hayward's peakedness h =
+  E[Y^2] / E[Y] (M/M/c of c / h slots at offered A / h; deterministic lifetimes, the larger of the
+  M^X/G/inf cases), a wait when fewer than j + 1 slots are free, then Erlang(j + 1) at the drain
+  rate of :func:`slot_decay`. AT3 counts the prefills in a request's decoding as a negative
+  binomial of mean lambda o tau and variance h times it, plus the followers of its own clump (J's
+  law by symmetry). Rows whose vPods receive one request at a time keep AT1-AT3; every row keeps
+  at most its attainment without clumps (clumps never help; AT2 without them charges the whole
+  prefill latency, so the occupancy-based AT2 can come out higher); under AT4 the split is taken
+  at each tabulated load.
+
 The safe load of a configuration is u = lambda* / mu, lambda* the largest rate with attainment >=
 the target (times ``prompt_reach``; bisection), mu = ``max_rate_rps`` (the coefficient table's
 rate; a disaggregated prefill row's KV transfer, checked against TTFT separately, does not
@@ -71,7 +88,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.special import gammaincc, gammaln
+from scipy.special import betainc, gammaincc, gammaln
 
 from neuscale_opt.alloc.table import floats, texts
 
@@ -118,14 +135,108 @@ def md1_decay(rho: np.ndarray) -> np.ndarray:
     return np.where(r >= 1.0, 0.0, lo)
 
 
+def vpod_clumps(sizes: np.ndarray, class_rate_rps: np.ndarray, rate_rps: np.ndarray) -> np.ndarray:
+    """AT5: per row, the law of the clumps one vPod receives (rows x K, the share of them holding
+    1, ..., K requests) when its class's clumps have the law ``sizes`` (rows x K, D13) and the class's
+    ``class_rate_rps`` is served by n = ceil(class rate / ``rate_rps``) vPods (1 where either rate is
+    not positive): the router hands a clump's requests to the least-loaded vPods in turn, so a
+    clump of k gives a vPod floor(k / n) requests, one more with probability (k mod n) / n; clumps
+    that give it none are not its clumps."""
+    p = np.asarray(sizes, dtype=float)
+    lam = np.asarray(rate_rps, dtype=float)
+    big = np.asarray(class_rate_rps, dtype=float)
+    n = np.ones(len(lam))
+    ok = np.isfinite(big) & (big > 0) & (lam > 0)
+    n[ok] = np.maximum(np.ceil(big[ok] / lam[ok] - 1e-9), 1.0)
+    rows, k_max = p.shape
+    y = np.zeros((rows, k_max + 1))
+    r = np.arange(rows)
+    for k in range(1, k_max + 1):
+        q = np.floor(k / n + 1e-12).astype(np.int64)
+        frac = np.clip((k - q * n) / n, 0.0, 1.0)
+        y[r, q] += p[:, k - 1] * (1.0 - frac)
+        y[r, np.minimum(q + 1, k_max)] += p[:, k - 1] * frac
+    y = y[:, 1:]
+    tot = y.sum(axis=1, keepdims=True)
+    single = np.zeros(k_max)
+    single[0] = 1.0
+    return np.where(tot > 0, y / np.maximum(tot, 1e-300), single)
+
+
+def clump_ahead(y: np.ndarray) -> np.ndarray:
+    """AT5: per row, the law of J, the requests of its own clump a request finds ahead of it (rows
+    x K, J = 0, ..., K - 1), for clumps of law ``y`` (rows x K, sizes 1, ..., K) in random order:
+    P(J = j) = P(Y > j) / E[Y] (a request is in a clump of k with probability k y_k / E[Y], at each
+    of its k places alike)."""
+    y = np.asarray(y, dtype=float)
+    k_max = y.shape[1]
+    mean = y @ np.arange(1, k_max + 1)
+    tail = np.cumsum(y[:, ::-1], axis=1)[:, ::-1]  # P(Y >= j + 1) = P(Y > j)
+    return tail / np.maximum(mean, 1e-300)[:, None]
+
+
+def slot_decay(rho: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """AT5: v in (0, 1 - rho] with rho (E[(1 - v)^{-Y}] - 1) / E[Y] = v: the drain rate, per c / L,
+    of the wait for a slot when all c are held and clumps of law ``y`` (rows x K) arrive, each
+    request holding an exponential lifetime L (the Cramer-Lundberg exponent of compound Poisson
+    work, a clump bringing Gamma(Y, c / L) of it); 1 - rho for Y = 1 (M/M/c's c / L - lambda);
+    0 when rho >= 1. Bisection on log E[(1 - v)^{-Y}] < log(1 + v E[Y] / rho)."""
+    r = np.clip(np.asarray(rho, dtype=float), 1e-12, 1.0)
+    y = np.asarray(y, dtype=float)
+    sizes = np.arange(1, y.shape[1] + 1, dtype=float)
+    mean = y @ sizes
+    lo = np.zeros_like(r)
+    hi = np.ones_like(r)
+    top = sizes[np.flatnonzero(y.any(axis=0)).max(initial=0)]
+    for _ in range(48):
+        mid = 0.5 * (lo + hi)
+        g = -np.log1p(-np.minimum(mid, 1.0 - 1e-16))  # -log(1 - v) >= 0
+        log_m = g * top + np.log((y * np.exp(g[:, None] * (sizes - top)[None, :])).sum(axis=1))
+        neg = log_m < np.log1p(mid * mean / r)
+        lo = np.where(neg, mid, lo)
+        hi = np.where(neg, hi, mid)
+    return np.where(r >= 1.0, 0.0, lo)
+
+
+def batch_decay(rho: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """AT5: z > 0 with rho (E[e^{z Y}] - 1) / E[Y] = z, the tail exponent (per service time) of the
+    waiting time of a clump of law ``y`` (rows x K, sizes 1, ..., K) in a queue of deterministic
+    service at utilisation ``rho`` (the M^X/D/1 queue's Cramer-Lundberg exponent; ``md1_decay``'s
+    for Y = 1), by bisection on log E[e^{z Y}] < log(1 + z E[Y] / rho); 0 when rho >= 1."""
+    r = np.clip(np.asarray(rho, dtype=float), 1e-12, 1.0)
+    y = np.asarray(y, dtype=float)
+    sizes = np.arange(1, y.shape[1] + 1, dtype=float)
+    mean = y @ sizes
+    lo = np.zeros_like(r)
+    hi = np.full_like(r, 60.0)
+    top = sizes[np.flatnonzero(y.any(axis=0)).max(initial=0)]  # the largest clump of any row
+    for _ in range(48):
+        mid = 0.5 * (lo + hi)
+        # log E[e^{z Y}] = z top + log E[e^{z (Y - top)}] (no overflow)
+        log_m = mid * top + np.log((y * np.exp(mid[:, None] * (sizes - top)[None, :])).sum(axis=1))
+        neg = log_m < np.log1p(mid * mean / r)
+        lo = np.where(neg, mid, lo)
+        hi = np.where(neg, hi, mid)
+    return np.where(r >= 1.0, 0.0, lo)
+
+
 def tpot_tail(
-    rate_rps: np.ndarray, out_nodes: np.ndarray, tpot_slo_s: np.ndarray, step_s: np.ndarray, stall_s: np.ndarray
+    rate_rps: np.ndarray,
+    out_nodes: np.ndarray,
+    tpot_slo_s: np.ndarray,
+    step_s: np.ndarray,
+    stall_s: np.ndarray,
+    dispersion: np.ndarray | None = None,
 ) -> np.ndarray:
     """P_AT3 per row: the share of requests whose TPOT exceeds ``tpot_slo_s`` because more than
     ``k(o) = floor(o (tau - step) / stall)`` prefills land in their ``o tau`` s of decoding,
     ``P(Poisson(lambda o tau) > k(o))`` averaged over the row's output-length nodes ``out_nodes``
     (rows x nodes, NaN = no node; a node below one token has no TPOT). 0 where ``stall`` is 0 or
-    there is no target, 1 where a round alone is longer than the target."""
+    there is no target, 1 where a round alone is longer than the target. With ``dispersion`` D > 1
+    per row (prefills that arrive in clumps, AT5: D = E[Y^2] / E[Y] of the clumps a vPod receives)
+    the count is the negative binomial of the same mean and variance D times it; ``dispersion = (D,
+    followers)``, ``followers`` rows x K the law of the requests of its own clump prefilled right
+    after it (0, ..., K - 1), adds those to the count."""
     stall_all = np.asarray(stall_s, dtype=float)
     tau_all = np.asarray(tpot_slo_s, dtype=float)
     out = np.zeros(len(stall_all))
@@ -140,7 +251,33 @@ def tpot_tail(
     live = np.isfinite(o) & (o >= 1.0)
     with np.errstate(invalid="ignore"):
         k = np.floor(o * (tau - step) / stall)
-        p_ok = np.where(k >= 0, gammaincc(np.maximum(k, 0.0) + 1.0, np.maximum(lam * o * tau, 0.0)), 0.0)  # P(N <= k)
+        mean = np.maximum(lam * o * tau, 0.0)
+        p_ok = np.where(k >= 0, gammaincc(np.maximum(k, 0.0) + 1.0, mean), 0.0)  # P(N <= k)
+        if dispersion is not None:
+            follow = None
+            if isinstance(dispersion, tuple):
+                dispersion, follow = dispersion
+            d = np.asarray(dispersion, dtype=float)[rows]
+            lr = np.flatnonzero(d > 1.0 + 1e-12)  # rows (of ``rows``) whose prefills come in clumps
+            if len(lr):
+                fl = np.ones((len(lr), 1)) if follow is None else np.asarray(follow, dtype=float)[rows[lr]]
+                # P(N <= k) = sum_b P(B = b) P(NB <= k - b) over the followers B, each term only where
+                # it is not 0 (k - b >= 0, P(B = b) > 0): the negative binomial of mean m and variance
+                # D m (r = m / (D - 1), p = 1 / D) has P(NB <= k) = I_p(r, k + 1), the regularised
+                # incomplete beta
+                kk, mm = k[lr], mean[lr]
+                dd = np.broadcast_to(d[lr, None], kk.shape)
+                got = np.zeros(kk.shape)
+                for b in range(fl.shape[1]):
+                    wb = np.broadcast_to(fl[:, b : b + 1], kk.shape)
+                    ii, jj = np.nonzero((wb > 0) & (kk - b >= 0))
+                    if len(ii) == 0:
+                        continue
+                    m_ij, d_ij = mm[ii, jj], dd[ii, jj]
+                    r_nb = np.maximum(m_ij / (d_ij - 1.0), 1e-300)
+                    cdf = np.where(m_ij > 0, betainc(r_nb, kk[ii, jj] - b + 1.0, 1.0 / d_ij), 1.0)
+                    got[ii, jj] += wb[ii, jj] * cdf
+                p_ok[lr] = got
     p_fail = np.where(live, 1.0 - p_ok, 0.0)
     weight = np.isfinite(o).sum(axis=1)
     out[rows] = np.where(weight > 0, p_fail.sum(axis=1) / np.maximum(weight, 1), 0.0)
@@ -187,11 +324,14 @@ def attainment(
     mu_rps: np.ndarray,
     tail: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
     prompt: tuple[np.ndarray, ...] | None = None,
+    clumps: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Share of requests within their TTFT target at ``rate_rps`` per vPod (rules AT1, AT2); with
     ``prompt = (in_nodes, s_rep, ttft_hi_s, s_hi)`` over the class's prompt lengths (AT0, colocated
     rows; NaN nodes are absent), and with ``tail = (out_nodes, tpot_slo_s, step_s, stall_s)``
-    within their TPOT target under prefill stalls (AT3, colocated rows)."""
+    within their TPOT target under prefill stalls (AT3, colocated rows); with ``clumps = (sizes,
+    class_rate_rps)`` (rows x K and rows) for arrivals in clumps (AT5; rows whose law is one
+    request per clump keep AT1-AT3)."""
     lam = np.asarray(rate_rps, dtype=float)
     colo = phase == "colocated"
     pre = phase == "prefill"
@@ -218,13 +358,89 @@ def attainment(
     rho = np.minimum(lam * service, 1.0)
     p_pre = rho[:, None] * np.exp(-(md1_decay(rho) / np.maximum(service, 1e-12))[:, None] * slack)
     p_pre = np.where((colo | pre)[:, None], p_pre, 0.0)
-    ok_s = np.where(reach, (1.0 - p_slot) * (1.0 - p_pre), 0.0)
+    dispersion = None
+    p_slot_plain, p_pre_plain = p_slot.copy(), p_pre.copy()
+    if clumps is not None:
+        sizes = np.asarray(clumps[0], dtype=float)
+        lumpy = np.flatnonzero(sizes[:, 1:].sum(axis=1) > 0) if sizes.shape[1] > 1 else np.zeros(0, np.int64)
+        y = vpod_clumps(sizes[lumpy], np.asarray(clumps[1], dtype=float)[lumpy], lam[lumpy])
+        # rows whose vPods receive one request at a time (the group splits every clump) keep AT1-AT3
+        keep = y[:, 1:].sum(axis=1) > 0
+        lumpy, y = lumpy[keep], y[keep]
+        if len(lumpy):
+            ahead = clump_ahead(y)[:, None, :]  # rows x 1 x J
+            j = np.arange(y.shape[1], dtype=float)[None, None, :]
+            x = slack[lumpy][:, :, None]
+            # AT5 on AT1: clumps make the slots' occupancy peaked (peakedness h = (1 + D) / 2, D =
+            # E[Y^2] / E[Y]: the variance over the mean of M^X/M/inf), so it is taken as M/M/c in
+            # units of h (Hayward: c / h slots, offered A / h); the j ahead in the clump take slots
+            # first, so a request waits when fewer than j + 1 are free, and then for j + 1
+            # departures at the rate the queue drains under clumps (Erlang(j + 1) at
+            # ``slot_decay``'s rate in place of the exponential at c / L - lambda)
+            jj = j[0]  # 1 x J
+            sizes_v = np.arange(1, y.shape[1] + 1, dtype=float)
+            disp = (y @ sizes_v**2) / np.maximum(y @ sizes_v, 1e-300)
+            h = disp[:, None]
+            c = np.asarray(slots, dtype=float)[lumpy][:, None] / h
+            a = (lam * life)[lumpy][:, None] / h
+            cw = erlang_c(c, a)
+            below = gammaincc(c, a)  # P(Poisson(A) <= c - 1), continued to real c
+            jh = jj / h
+            above = np.where(c - jh >= 1, gammaincc(np.maximum(c - jh, 1.0), a), 0.0)  # <= c - 1 - j / h
+            busy = np.where(jh < c, cw + (1.0 - cw) * (below - above) / np.maximum(below, 1e-300), 1.0)
+            weight = ahead[:, 0, :] * np.minimum(busy, 1.0)  # rows x J
+            # the Erlang tail only where its weight can matter (the rest adds at most 1e-12 each)
+            rr, jw = np.nonzero(weight > 1e-12)
+            full = (slots / life)[lumpy]
+            drain = full * slot_decay(np.minimum(lam[lumpy] / np.maximum(full, 1e-300), 1.0), y)
+            slot_c = np.zeros(x.shape[:2])
+            if len(rr):
+                terms = weight[rr, jw][:, None] * gammaincc(jw[:, None] + 1.0, drain[rr][:, None] * x[rr, :, 0])
+                np.add.at(slot_c, rr, terms)
+            p_slot[lumpy] = np.where((colo | dec)[lumpy][:, None], np.minimum(slot_c, 1.0), 0.0)
+            # AT5 on AT2: the clump waits as a whole, then the j ahead of it are prefilled first.
+            # A prefill holds a colocated vPod for its occupancy o (the pipeline stage,
+            # ``stall_s_per_req``; the whole prefill s without pipelining or where not given), so
+            # the prompts queue as M^X/D/1 of service o at utilisation rho_o = lambda o:
+            # sum_j P(J = j) [j o > x ? 1 : rho_o e^{-z (x - j o) / o}], z = ``batch_decay``; with
+            # m = floor(x / o): the ones beyond m plus rho_o e^{-z (x / o - m)} G_m, G_m = sum_{j
+            # <= m} P(J = j) e^{-z (m - j)} = G_{m-1} e^{-z} + P(J = m)
+            pj = ahead[:, 0, :]
+            sv = np.maximum(service[lumpy], 1e-12)
+            occ = np.asarray(clumps[2], dtype=float)[lumpy] if len(clumps) > 2 else sv
+            occ = np.where(colo[lumpy] & np.isfinite(occ) & (occ > 0), np.minimum(occ, sv), sv)
+            rho_o = np.minimum(lam[lumpy] * occ, 1.0)
+            zb = batch_decay(rho_o, y)
+            g = np.empty_like(pj)
+            g[:, 0] = pj[:, 0]
+            for col in range(1, pj.shape[1]):
+                g[:, col] = g[:, col - 1] * np.exp(-zb) + pj[:, col]
+            beyond = 1.0 - np.cumsum(pj, axis=1)
+            ratio = np.nan_to_num(x[:, :, 0] / occ[:, None])  # absent nodes: any value (dropped below)
+            m = np.minimum(np.floor(ratio), pj.shape[1] - 1).astype(np.int64)
+            rows_l = np.arange(len(lumpy))[:, None]
+            at = rho_o[:, None] * np.exp(-zb[:, None] * (ratio - m)) * g[rows_l, m]
+            pre_c = np.maximum(beyond[rows_l, m], 0.0) + at
+            p_pre[lumpy] = np.where((colo | pre)[lumpy][:, None], np.minimum(pre_c, 1.0), 0.0)
+            dispersion = (np.ones(len(lam)), np.zeros((len(lam), y.shape[1])))
+            dispersion[0][lumpy] = disp
+            dispersion[1][:, 0] = 1.0
+            dispersion[1][lumpy] = clump_ahead(y)  # the followers in its clump: J's law, by symmetry
     live = np.isfinite(t_pre)
-    ok = np.where(live, ok_s, 0.0).sum(axis=1) / np.maximum(live.sum(axis=1), 1)
-    if tail is not None:
-        nodes, tau, step, stall = tail
-        ok = ok * (1.0 - tpot_tail(lam, nodes, tau, step, np.where(colo, stall, 0.0)))
-    return ok
+
+    def share(p_s: np.ndarray, p_p: np.ndarray, disp: Any) -> np.ndarray:
+        ok_s = np.where(reach, (1.0 - p_s) * (1.0 - p_p), 0.0)
+        ok = np.where(live, ok_s, 0.0).sum(axis=1) / np.maximum(live.sum(axis=1), 1)
+        if tail is not None:
+            nodes, tau, step, stall = tail
+            ok = ok * (1.0 - tpot_tail(lam, nodes, tau, step, np.where(colo, stall, 0.0), disp))
+        return ok
+
+    if dispersion is None:
+        return share(p_slot, p_pre, None)
+    # clumps never help: a row keeps at most its attainment under Poisson arrivals (AT2 without
+    # clumps charges a prefill's whole latency, not its occupancy, so it can be the lower one)
+    return np.minimum(share(p_slot, p_pre, dispersion), share(p_slot_plain, p_pre_plain, None))
 
 
 def modulation_nodes(cv2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -265,6 +481,7 @@ def modulated_attainment(
     *args: np.ndarray,
     tail: tuple | None = None,
     prompt: tuple | None = None,
+    clumps: tuple | None = None,
 ) -> np.ndarray:
     """AT4: :func:`attainment` when each row's rate moves with squared coefficient of variation
     ``cv2`` about ``rate_rps``, evaluated at the nodes of :func:`modulation_nodes` (exactly, not
@@ -275,7 +492,8 @@ def modulated_attainment(
     n, m = g.shape
     lam_g = (lam[:, None] * g).reshape(-1)
     rep = _repeat((np.asarray(phase, dtype=object), *args), m)
-    a = attainment(lam_g, *rep, tail=_repeat(tail, m), prompt=_repeat(prompt, m)).reshape(n, m)
+    a = attainment(lam_g, *rep, tail=_repeat(tail, m), prompt=_repeat(prompt, m), clumps=_repeat(clumps, m))
+    a = a.reshape(n, m)
     a = np.where(lam[:, None] * g <= np.asarray(args[-1], dtype=float)[:, None] * (1 + 1e-12), a, 0.0)
     return a @ w
 
@@ -332,6 +550,8 @@ _BUCKET_KEY_COLUMNS = (
     "output_nodes",
     "prompt_reach",
     "rate_cv2",
+    "clump_sizes",
+    "clump_rate_rps",
 )
 
 
@@ -409,13 +629,19 @@ def _safe_load(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> n
     goal = target * (np.clip(reach[idx], 0.0, 1.0) if reach is not None else np.ones(len(idx)))
     prompt = _prompt_args(configs, slo, b, idx)
     tail = _tail_args(configs, slo, b, idx, out_tok)
+    clumps = _clump_args(configs, slo, b, idx)
     if tail is not None:
         # AT3 only where it can matter: rows whose TPOT tail at the full rate exceeds 1e-9 (the
         # tail grows with the rate, so below that it is below it at every load of the bisection);
         # the others get no stall, which ``tpot_tail`` skips
         nodes, tau, step, stall = tail
         stall = np.where(phase[idx] == "colocated", stall, 0.0)
-        heavy = tpot_tail(mu[idx], nodes, tau, step, stall) > 1e-9
+        disp = None
+        if clumps is not None:  # AT5: the clumps at the full rate (the fewest vPods, the largest clumps)
+            y = vpod_clumps(clumps[0], clumps[1], mu[idx])
+            k_sizes = np.arange(1, y.shape[1] + 1, dtype=float)
+            disp = ((y @ k_sizes**2) / np.maximum(y @ k_sizes, 1e-300), clump_ahead(y))
+        heavy = tpot_tail(mu[idx], nodes, tau, step, stall, disp) > 1e-9
         tail = (nodes, tau, step, np.where(heavy, stall, 0.0))
 
     # AT4: the rows of classes whose rate moves (c2 > 0) are found on a grid, the others exactly
@@ -423,10 +649,11 @@ def _safe_load(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> n
     moving = np.flatnonzero(cv2 > 0) if cv2 is not None else np.zeros(0, dtype=np.int64)
     steady = np.setdiff1d(np.arange(len(idx)), moving)
     if len(steady):
-        u[idx[steady]] = _bisect_steady(_take(args, steady), _take(tail, steady), _take(prompt, steady), goal[steady])
+        sub = (_take(args, steady), _take(tail, steady), _take(prompt, steady))
+        u[idx[steady]] = _bisect_steady(*sub, goal[steady], clumps=_take(clumps, steady))
     if len(moving):
         sub = (_take(args, moving), _take(tail, moving), _take(prompt, moving))
-        u[idx[moving]] = _bisect_modulated(*sub, goal[moving], cv2[moving])
+        u[idx[moving]] = _bisect_modulated(*sub, goal[moving], cv2[moving], clumps=_take(clumps, moving))
     return u
 
 
@@ -437,11 +664,17 @@ def _take(arrays: tuple | None, rows: np.ndarray) -> tuple | None:
     return tuple(None if a is None else np.asarray(a)[rows] for a in arrays)
 
 
-def _bisect_steady(args: tuple, tail: tuple | None, prompt: tuple | None, goal: np.ndarray) -> np.ndarray:
-    """The safe loads of rows under Poisson arrivals at a steady rate (AT0-AT3): bisection on the
-    rate. ``args`` as :func:`attainment`'s after the rate, ``mu_rps`` last."""
+def _bisect_steady(
+    args: tuple, tail: tuple | None, prompt: tuple | None, goal: np.ndarray, clumps: tuple | None = None
+) -> np.ndarray:
+    """The safe loads of rows under Poisson arrivals at a steady rate (AT0-AT3; in clumps, AT5):
+    bisection on the rate. ``args`` as :func:`attainment`'s after the rate, ``mu_rps`` last."""
     mu = args[-1]
-    return _largest_load(lambda load: attainment(load * mu, *args, tail=tail, prompt=prompt) >= goal, len(mu))
+
+    def meets(load: np.ndarray) -> np.ndarray:
+        return attainment(load * mu, *args, tail=tail, prompt=prompt, clumps=clumps) >= goal
+
+    return _largest_load(meets, len(mu))
 
 
 def _largest_load(meets: Any, n: int) -> np.ndarray:
@@ -459,7 +692,12 @@ def _largest_load(meets: Any, n: int) -> np.ndarray:
 
 
 def _bisect_modulated(
-    args: tuple, tail: tuple | None, prompt: tuple | None, goal: np.ndarray, cv2: np.ndarray
+    args: tuple,
+    tail: tuple | None,
+    prompt: tuple | None,
+    goal: np.ndarray,
+    cv2: np.ndarray,
+    clumps: tuple | None = None,
 ) -> np.ndarray:
     """The safe loads of rows whose rate moves (AT4): each row's attainment tabulated at
     ``_GRID_POINTS`` loads from 0 to 1 (linear in between, 0 beyond the full rate), averaged over
@@ -467,7 +705,7 @@ def _bisect_modulated(
     bisection (the average is decreasing in the load)."""
     mu = args[-1]
     grid = np.linspace(0.0, 1.0, _GRID_POINTS)
-    table = np.column_stack([attainment(x * mu, *args, tail=tail, prompt=prompt) for x in grid])
+    table = np.column_stack([attainment(x * mu, *args, tail=tail, prompt=prompt, clumps=clumps) for x in grid])
     rows = np.arange(len(mu))[:, None]
     g, w = modulation_nodes(cv2)
     last = _GRID_POINTS - 1
@@ -526,6 +764,31 @@ def _tail_args(
     tau = b.map(slo["tpot_slo_s"]).astype(float).to_numpy()
     nodes = node_matrix(slo, b.iloc[idx].reset_index(drop=True), out_tok[idx], "output_nodes")
     return (nodes, tau[idx], floats(configs, "step_s")[idx], np.nan_to_num(floats(configs, "stall_s_per_req")[idx]))
+
+
+def _clump_args(configs: pd.DataFrame, slo: pd.DataFrame, b: pd.Series, idx: np.ndarray) -> tuple | None:
+    """AT5's inputs for the rows ``idx``: their class's clump law (rows x K, zero-padded), planned
+    rate, and the time a prefill holds the vPod (``stall_s_per_req``; NaN where the table has
+    none); None when no class arrives in clumps (D13)."""
+    if "clump_sizes" not in slo.columns:
+        return None
+    laws = {str(k): tuple(v) for k, v in slo["clump_sizes"].items() if isinstance(v, tuple | list) and len(v) > 1}
+    if not laws:
+        return None
+    width = max(len(v) for v in laws.values())
+    names = b.iloc[idx].astype(str).to_numpy()
+    sizes = np.zeros((len(idx), width))
+    sizes[:, 0] = 1.0
+    for name, law in laws.items():
+        rows = np.flatnonzero(names == name)
+        if len(rows):
+            sizes[rows, :] = 0.0
+            sizes[np.ix_(rows, np.arange(len(law)))] = np.asarray(law, dtype=float)
+    rate = slo["clump_rate_rps"] if "clump_rate_rps" in slo.columns else pd.Series(0.0, index=slo.index)
+    occ = np.full(len(idx), np.nan)
+    if "stall_s_per_req" in _columns(configs):
+        occ = floats(configs, "stall_s_per_req")[idx]
+    return sizes, pd.Series(names).map(rate).astype(float).fillna(0.0).to_numpy(), occ
 
 
 def capacity_share(configs: pd.DataFrame, buckets: pd.DataFrame, util_cap: float | None, target: float) -> np.ndarray:

@@ -331,6 +331,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if "rate_cv2" in coeffs.buckets.columns:  # AT4: each class's rate movement the safe loads took
             cv2 = zip(coeffs.buckets["bucket"], coeffs.buckets["rate_cv2"], strict=True)
             prov["rate_cv2"] = {str(b): round(float(v), 6) for b, v in cv2}
+        if "clump_sizes" in coeffs.buckets.columns:  # AT5: each class's mean clump of simultaneous requests
+            from neuscale_opt.traces.demand import mean_clump
+
+            laws = zip(coeffs.buckets["bucket"], coeffs.buckets["clump_sizes"], strict=True)
+            prov["clump_mean"] = {str(b): round(mean_clump(law), 6) for b, law in laws}
         report = (
             plan_report(args, inst, coeffs, sol, prov, base, played, sweep, workers)
             if args.out is not None and sol.has_plan

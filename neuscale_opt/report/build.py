@@ -30,6 +30,7 @@ from neuscale_opt.io import frame_to_csv_text, to_json
 from neuscale_opt.report import plots
 from neuscale_opt.report.fmt import clock, fmt, kwh, pct
 from neuscale_opt.roofline import chip_rooflines
+from neuscale_opt.traces.demand import mean_clump
 
 BOUND_WHY = {
     "compute": "compute-bound: the step's FLOPs take longer than moving its bytes (long prompts, large batches)",
@@ -1144,19 +1145,32 @@ def _epoch_section(plan, by_epoch, dem, cpe, gens, epoch_s, detail, rolling) -> 
 
 
 def _arrivals_words(coeffs: Any) -> str:
-    """What arrivals the safe loads assumed: the classes' rate movement (AT4) when they carry it."""
+    """What arrivals the safe loads assumed: the classes' rate movement (AT4) and clumps of
+    simultaneous requests (AT5) when they carry them."""
     b = coeffs.buckets
     if "rate_cv2" not in b.columns:
-        return "Poisson arrivals at the sized rate"
-    c2 = b["rate_cv2"].astype(float)
-    if not (c2 > 0).any():
-        return "Poisson arrivals at the sized rate (the trace's rate shows no slow movement inside the sizing window)"
-    top = b.loc[c2.idxmax(), "bucket"]
-    return (
-        "arrivals whose rate moves inside the sizing window as the trace's does "
-        f"(squared coefficient of variation of its slow movement up to {c2.max():.3g}, class {top}; "
-        "formulations/allocation.md AT4)"
-    )
+        words = "Poisson arrivals at the sized rate"
+    else:
+        c2 = b["rate_cv2"].astype(float)
+        if not (c2 > 0).any():
+            words = (
+                "Poisson arrivals at the sized rate (the trace's rate shows no slow movement inside the sizing window)"
+            )
+        else:
+            top = b.loc[c2.idxmax(), "bucket"]
+            words = (
+                "arrivals whose rate moves inside the sizing window as the trace's does "
+                f"(squared coefficient of variation of its slow movement up to {c2.max():.3g}, class {top}; "
+                "formulations/allocation.md AT4)"
+            )
+    if "clump_sizes" in b.columns:
+        means = [mean_clump(law) for law in b["clump_sizes"]]
+        i = max(range(len(means)), key=means.__getitem__)
+        words += (
+            f", in clumps of requests recorded at one instant as the trace's are (mean clump up to {means[i]:.3g} "
+            f"requests, class {b['bucket'].iloc[i]}; split over a group's vPods; formulations/allocation.md AT5)"
+        )
+    return words
 
 
 def _replay_section(detail: dict, target: float, arrivals: str = "") -> Section:

@@ -455,6 +455,57 @@ def slow_movement(c: np.ndarray | float, v: np.ndarray | float, k: int, pairs: i
     return np.maximum(np.asarray(c, dtype=float) + v / k - 2.0 * v / math.sqrt(pairs), 0.0)
 
 
+#: D13: clumps larger than this are counted at this size (the recorded traces' largest is 23)
+MAX_CLUMP = 64
+
+
+def clump_sizes(trace: pd.DataFrame, spec: BucketSpec | None, horizon_s: float | None = None) -> pd.Series:
+    """Per class, the law of its *clump* sizes: ``(p_1, ..., p_K)``, ``p_k`` the share of the
+    class's clumps that hold ``k`` requests, a clump being the class's requests recorded at one
+    same instant (equal ``arrival_s``; D13 of ``formulations/forecast.md``). A trace whose arrivals
+    never coincide gives ``(1.0,)``; a class without arrivals ``()``. Arrivals at or beyond
+    ``horizon_s`` are left out; clumps over ``MAX_CLUMP`` count as ``MAX_CLUMP``. The replay serves
+    equal arrival times together, so this is the clumping it sees (the clumped arrivals of the safe
+    loads, AT5 of ``formulations/allocation.md``). Index: the class names (``bucket_names``)."""
+    names = bucket_names(spec) if spec is not None else [ALL]
+    out = pd.Series([()] * len(names), index=pd.Index(names, name="bucket"), dtype=object)
+    if len(trace) == 0:
+        return out
+    t = trace["arrival_s"].to_numpy(np.float64)
+    b = bucket_codes(trace, spec) if spec is not None else np.zeros(len(t), np.int64)
+    keep = t >= 0
+    if horizon_s is not None:
+        keep &= t < float(horizon_s)
+    t, b = t[keep], b[keep].astype(np.int64)
+    order = np.lexsort((t, b))
+    t, b = t[order], b[order]
+    # runs of equal (class, instant): a new clump wherever either changes
+    start = np.ones(len(t), dtype=bool)
+    start[1:] = (b[1:] != b[:-1]) | (t[1:] != t[:-1])
+    first = np.flatnonzero(start)
+    size = np.minimum(np.diff(np.append(first, len(t))), MAX_CLUMP)
+    cls = b[first]
+    for i, name in enumerate(names):
+        sz = size[cls == i]
+        if len(sz):
+            counts = np.bincount(sz, minlength=int(sz.max()) + 1)[1:]
+            out[name] = tuple((counts / counts.sum()).tolist())
+    return out
+
+
+def mean_clump(law: tuple | list | None) -> float:
+    """The mean size of the clumps of a law of :func:`clump_sizes` (1 for an empty law)."""
+    if law is None or len(law) == 0:
+        return 1.0
+    p = np.asarray(law, dtype=float)
+    return float(p @ np.arange(1, len(p) + 1) / max(p.sum(), 1e-300))
+
+
+def clumped(law: tuple | list | None) -> bool:
+    """Whether a clump law of :func:`clump_sizes` has clumps of more than one request."""
+    return law is not None and len(law) > 1 and float(sum(law[1:])) > 0.0
+
+
 def prewarm_lead_s(create_delay_s: float, prewarm: bool, epoch_s: float) -> float:
     """The pre-warm lead L (s): ``create_delay_s`` when ``prewarm`` and ``0 < create_delay_s <
     epoch_s`` (the vPods are then ready exactly when the epoch starts), else 0. One rule for the

@@ -30,3 +30,12 @@ def test_the_tiny_report_says_it(tiny_report):
     out, _stdout, _inst = tiny_report
     text = (out / "report.md").read_text(encoding="utf-8")
     assert "attainment under Poisson arrivals at the sized rate." in text
+
+
+def test_clumped_classes_name_the_largest_mean_clump():
+    """Classes that arrive in clumps (AT5): the largest mean clump (hand: (0.5, 0.5) has mean 1.5,
+    (0.2, 0.3, 0.5) has 2.3) and its class."""
+    laws = [(1.0,), (0.5, 0.5), (0.2, 0.3, 0.5)]
+    words = _arrivals_words(_coeffs(rate_cv2=[0.0, 0.0, 0.0], clump_sizes=laws))
+    assert "mean clump up to 2.3 requests, class c" in words and "AT5" in words
+    assert words.startswith("Poisson arrivals at the sized rate (")
