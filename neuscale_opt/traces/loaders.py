@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import warnings
 import zlib
@@ -396,7 +397,7 @@ def load_trace(spec: TraceSpec, base_dir: Path | None = None) -> pd.DataFrame:
     if spec.format == "rate-series":
         raise InputError("a rate-series has no per-request rows; use load_rate_series", where=where)
     raw = _open_bytes(path)
-    return _load_raw(raw, where, spec.format, spec.columns, spec.start_s, spec.duration_s)
+    return _load_raw(raw, where, spec.format, spec.columns, spec.start_s, spec.duration_s, spec.spread_s)
 
 
 def _load_raw(
@@ -406,6 +407,7 @@ def _load_raw(
     columns: ColumnMap | None,
     start_s: float,
     duration_s: float | None,
+    spread_s: float = 0.0,
 ) -> pd.DataFrame:
     if fmt == "generic":
         if columns is None:
@@ -429,9 +431,36 @@ def _load_raw(
     arrival = _arrivals(df[a_col], a_col, schema.time_unit, schema.time_format, where)
     inp = _tokens(df[i_col], i_col, where)
     out = _tokens(df[o_col], o_col, where)
-    return _canonical(
-        arrival, inp, out, where=where, fmt=fmt, arrival_col=a_col, start_s=start_s, duration_s=duration_s
-    )
+    df = _canonical(arrival, inp, out, where=where, fmt=fmt, arrival_col=a_col, start_s=start_s, duration_s=duration_s)
+    return spread_arrivals(df, spread_s, cut=duration_s is not None) if spread_s > 0 else df
+
+
+#: seed of :func:`spread_arrivals` (fixed: the same trace gives the same requests every run)
+SPREAD_SEED = 0
+
+
+def spread_arrivals(df: pd.DataFrame, spread_s: float, cut: bool = False) -> pd.DataFrame:
+    """The canonical table ``df`` with each arrival moved to a uniform point of ``[t, t +
+    spread_s)`` (``np.random.default_rng(SPREAD_SEED)``, one draw per row in file order), sorted
+    again (stably) and kept inside the horizon: a window cut to ``duration_s`` (``cut``) keeps its
+    length, the arrivals that would pass its end wrap to its start; without one the horizon grows
+    to the last arrival. For a trace recorded at a coarse resolution (the Mooncake conversation trace's
+    3-s grid, ``instances/data/README.md``), whose requests of one instant would otherwise arrive
+    together. ``attrs["spread_s"]`` records it."""
+    if not (math.isfinite(spread_s) and spread_s >= 0):
+        raise InputError(f"spread_s must be a finite number >= 0, got {spread_s!r}", where="workload.trace.spread_s")
+    t = df["arrival_s"].to_numpy(np.float64) + np.random.default_rng(SPREAD_SEED).random(len(df)) * spread_s
+    horizon = float(df.attrs.get("horizon_s", 0.0))
+    if cut and horizon > 0:
+        t = np.where(t >= horizon, t - horizon, t)
+    order = np.argsort(t, kind="stable")
+    out = df.iloc[order].reset_index(drop=True)
+    out["arrival_s"] = t[order]
+    out.attrs = dict(df.attrs)
+    if not cut:
+        out.attrs["horizon_s"] = max(horizon, float(t.max()) if len(t) else 0.0)
+    out.attrs["spread_s"] = float(spread_s)
+    return out
 
 
 def load_trace_file(
@@ -440,17 +469,19 @@ def load_trace_file(
     columns: ColumnMap | None = None,
     start_s: float = 0.0,
     duration_s: float | None = None,
+    spread_s: float = 0.0,
 ) -> pd.DataFrame:
     """Load a per-request trace file given by path (the CLI's TRACE argument).
 
-    ``format="auto"`` detects the format from the header (:func:`detect_format`).
+    ``format="auto"`` detects the format from the header (:func:`detect_format`); ``spread_s`` as
+    :func:`spread_arrivals`.
     """
     path = Path(path)
     raw = _open_bytes(path)
     fmt = detect_format(raw, where=str(path)) if format == "auto" else format
     if fmt == "rate-series":
         raise InputError("a rate-series has no per-request rows; use load_rate_series", where=str(path))
-    return _load_raw(raw, str(path), fmt, columns, start_s, duration_s)
+    return _load_raw(raw, str(path), fmt, columns, start_s, duration_s, spread_s)
 
 
 def load_rate_series(

@@ -44,6 +44,9 @@ class TraceSpec(_Frozen):
     # optional horizon cut: only rows with arrival in [start_s, start_s + duration_s) are used
     start_s: float = Field(default=0.0, ge=0)
     duration_s: float | None = Field(default=None, gt=0)
+    # the recording's time resolution, when it is coarse: each request's arrival is moved to a
+    # uniform point of [t, t + spread_s) (seeded, the same every run); 0 = as recorded
+    spread_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _generic_needs_columns(self) -> TraceSpec:
