@@ -274,7 +274,7 @@ EXTRA: dict[str, tuple[str, str | None, float | None]] = {
 
 #: Scenarios of :data:`EXTRA` on another trace than their instance's: label -> (path relative to
 #: ``instances/``, loader format). The Mooncake (Kimi) FAST'25 conversation trace: 12,031 requests
-#: in 59 min, prompts of 7,600 tokens on average (``instances/data/README.md``).
+#: in 59 min, prompts of 12,035 tokens on average (median 6,909) (``instances/data/README.md``).
 EXTRA_TRACE: dict[str, tuple[str, str]] = {
     "mooncake-conv x1": ("data/mooncake_fast25_conversation.csv.gz", "mooncake"),
 }

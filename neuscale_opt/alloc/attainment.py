@@ -175,6 +175,14 @@ def clump_ahead(y: np.ndarray) -> np.ndarray:
     return tail / np.maximum(mean, 1e-300)[:, None]
 
 
+def _largest(y: np.ndarray) -> np.ndarray:
+    """Per row of a clump law ``y`` (rows x K, sizes 1, ..., K), its largest size of positive share
+    (1 for a row of no mass)."""
+    pos = np.asarray(y) > 0
+    last = y.shape[1] - 1 - np.argmax(pos[:, ::-1], axis=1)
+    return np.where(pos.any(axis=1), last + 1.0, 1.0)
+
+
 def slot_decay(rho: np.ndarray, y: np.ndarray) -> np.ndarray:
     """AT5: v in (0, 1 - rho] with rho (E[(1 - v)^{-Y}] - 1) / E[Y] = v: the drain rate, per c / L,
     of the wait for a slot when all c are held and clumps of law ``y`` (rows x K) arrive, each
@@ -187,11 +195,11 @@ def slot_decay(rho: np.ndarray, y: np.ndarray) -> np.ndarray:
     mean = y @ sizes
     lo = np.zeros_like(r)
     hi = np.ones_like(r)
-    top = sizes[np.flatnonzero(y.any(axis=0)).max(initial=0)]
+    top = _largest(y)
     for _ in range(48):
         mid = 0.5 * (lo + hi)
         g = -np.log1p(-np.minimum(mid, 1.0 - 1e-16))  # -log(1 - v) >= 0
-        log_m = g * top + np.log((y * np.exp(g[:, None] * (sizes - top)[None, :])).sum(axis=1))
+        log_m = g * top + np.log((y * np.exp(g[:, None] * np.minimum(sizes[None, :] - top[:, None], 0.0))).sum(axis=1))
         neg = log_m < np.log1p(mid * mean / r)
         lo = np.where(neg, mid, lo)
         hi = np.where(neg, hi, mid)
@@ -209,11 +217,13 @@ def batch_decay(rho: np.ndarray, y: np.ndarray) -> np.ndarray:
     mean = y @ sizes
     lo = np.zeros_like(r)
     hi = np.full_like(r, 60.0)
-    top = sizes[np.flatnonzero(y.any(axis=0)).max(initial=0)]  # the largest clump of any row
+    top = _largest(y)
     for _ in range(48):
         mid = 0.5 * (lo + hi)
-        # log E[e^{z Y}] = z top + log E[e^{z (Y - top)}] (no overflow)
-        log_m = mid * top + np.log((y * np.exp(mid[:, None] * (sizes - top)[None, :])).sum(axis=1))
+        # log E[e^{z Y}] = z top + log E[e^{z (Y - top)}], top the row's largest clump (no overflow)
+        log_m = mid * top + np.log(
+            (y * np.exp(mid[:, None] * np.minimum(sizes[None, :] - top[:, None], 0.0))).sum(axis=1)
+        )
         neg = log_m < np.log1p(mid * mean / r)
         lo = np.where(neg, mid, lo)
         hi = np.where(neg, hi, mid)
@@ -330,8 +340,11 @@ def attainment(
     ``prompt = (in_nodes, s_rep, ttft_hi_s, s_hi)`` over the class's prompt lengths (AT0, colocated
     rows; NaN nodes are absent), and with ``tail = (out_nodes, tpot_slo_s, step_s, stall_s)``
     within their TPOT target under prefill stalls (AT3, colocated rows); with ``clumps = (sizes,
-    class_rate_rps)`` (rows x K and rows) for arrivals in clumps (AT5; rows whose law is one
-    request per clump keep AT1-AT3)."""
+    class_rate_rps, occupancy_s)`` (rows x K, rows, rows: the class's clump law and planned rate,
+    the prefill's occupancy, NaN = its latency) for arrivals in clumps (AT5; rows whose vPods receive
+    one request at a time keep AT1-AT3, and no row gets more than without clumps). A higher rate
+    per vPod means fewer vPods to split a clump over, so under clumps the share still falls with
+    the rate, in steps where n changes."""
     lam = np.asarray(rate_rps, dtype=float)
     colo = phase == "colocated"
     pre = phase == "prefill"
@@ -371,9 +384,10 @@ def attainment(
             ahead = clump_ahead(y)[:, None, :]  # rows x 1 x J
             j = np.arange(y.shape[1], dtype=float)[None, None, :]
             x = slack[lumpy][:, :, None]
-            # AT5 on AT1: clumps make the slots' occupancy peaked (peakedness h = (1 + D) / 2, D =
-            # E[Y^2] / E[Y]: the variance over the mean of M^X/M/inf), so it is taken as M/M/c in
-            # units of h (Hayward: c / h slots, offered A / h); the j ahead in the clump take slots
+            # AT5 on AT1: clumps make the slots' occupancy peaked (peakedness h = D = E[Y^2] / E[Y],
+            # the variance over the mean of M^X/D/inf; (1 + D) / 2 for exponential lifetimes), so it
+            # is taken as M/M/c in units of h (Hayward: c / h slots, offered A / h); the j ahead in
+            # the clump take slots
             # first, so a request waits when fewer than j + 1 are free, and then for j + 1
             # departures at the rate the queue drains under clumps (Erlang(j + 1) at
             # ``slot_decay``'s rate in place of the exponential at c / L - lambda)

@@ -365,9 +365,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         sys.stdout.write(f"report: {Path(args.out) / 'report.html'}\n")
     if sol.status == "infeasible":
-        print(f"neuscale-opt: infeasible: {sol.diagnosis}", file=sys.stderr)
+        print(f"neuscale-opt: infeasible: {sol.diagnosis}{_clump_hint(coeffs)}", file=sys.stderr)
         return EXIT_INFEASIBLE
     return EXIT_OK
+
+
+def _clump_hint(coeffs) -> str:
+    """When the safe loads read clumps of simultaneous requests (AT5), the largest and what to do
+    if the trace's timestamps are only coarse."""
+    b = coeffs.buckets if coeffs is not None else None
+    if b is None or "clump_sizes" not in b.columns:
+        return ""
+    from neuscale_opt.traces.demand import MAX_CLUMP
+
+    largest = max((len(law) for law in b["clump_sizes"]), default=1)
+    size = f"{MAX_CLUMP} or more" if largest >= MAX_CLUMP else f"up to {largest}"
+    return (
+        f" (the trace records {size} requests of one class at one instant, and the safe loads "
+        "charge them as arriving together, formulations/allocation.md AT5; if its timestamps are only coarse, "
+        "set workload.trace.spread_s to their resolution)"
+    )
 
 
 # -- both objectives: epsilon constraint and front (neuscale_opt.alloc.pareto) -------------------

@@ -62,6 +62,13 @@ def _add_trace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start", type=float, default=0.0, metavar="S", help="horizon start, s after first arrival")
     p.add_argument("--duration", type=float, default=None, metavar="S", help="horizon length in s")
     p.add_argument(
+        "--spread",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="the timestamps' resolution: move each arrival to a uniform point of [t, t + S) (default 0: as recorded)",
+    )
+    p.add_argument(
         "--buckets",
         choices=("total", "input_output", "none"),
         default="total",
@@ -141,7 +148,7 @@ def _load(args: argparse.Namespace) -> tuple[str, pd.DataFrame, list[str]]:
     """(format, table, warnings) for TRACE: a per-request trace or a rate series."""
     import warnings
 
-    from neuscale_opt.traces.loaders import TraceWarning, load_rate_series, load_trace_file
+    from neuscale_opt.traces.loaders import TraceWarning, load_rate_series, load_trace_file, spread_arrivals
 
     fmt = _format_of(args)
     with warnings.catch_warnings(record=True) as caught:
@@ -167,6 +174,8 @@ def _load(args: argparse.Namespace) -> tuple[str, pd.DataFrame, list[str]]:
             )
             if table.empty:
                 raise InputError("no request inside --start/--duration", where=args.trace)
+            if args.spread != 0:
+                table = spread_arrivals(table, args.spread, cut=args.duration is not None, where="--spread")
     notes = [str(w.message) for w in caught if issubclass(w.category, TraceWarning)]
     return fmt, table, notes
 
@@ -238,6 +247,7 @@ def trace_stats(args: argparse.Namespace) -> dict[str, Any]:
         "requests_per_full_epoch": _q(full.astype(np.float64)),
         "peak_rps": float(demand["peak_rps"].max()),
         "subwindow_s": args.subwindow,
+        "shared_instants": shared_instants(table["arrival_s"].to_numpy()),
         "repaired": notes,
     }
     if spec is not None:
@@ -251,6 +261,22 @@ def trace_stats(args: argparse.Namespace) -> dict[str, Any]:
             "table": bt.drop(columns=["representative"]).to_dict(orient="records"),
         }
     return result
+
+
+def shared_instants(arrival_s: Any) -> dict[str, float]:
+    """How the arrivals share instants (what the safe loads read as clumps, D13): the distinct
+    arrival times, the share of requests that arrive together with another, and the mean and
+    largest number of requests at one instant."""
+    import numpy as np
+
+    _, counts = np.unique(np.asarray(arrival_s, dtype=float), return_counts=True)
+    n = int(counts.sum())
+    return {
+        "instants": int(len(counts)),
+        "share_together": float(counts[counts > 1].sum() / n) if n else 0.0,
+        "mean_per_instant": float(n / len(counts)) if len(counts) else 0.0,
+        "largest": int(counts.max()) if len(counts) else 0,
+    }
 
 
 def _num(v: float | None, fmt: str) -> str:
@@ -281,6 +307,13 @@ def _stats_text(s: dict[str, Any]) -> str:
             lines.append(
                 f"{key:<15}mean {q['mean']:.1f}  p50 {q['p50']:g}  p90 {q['p90']:g}  p99 {q['p99']:g}"
                 f"  min {q['min']:g}  max {q['max']:g}"
+            )
+        sh = s["shared_instants"]
+        if sh["share_together"] > 0:
+            lines.append(
+                f"instants       {sh['instants']} distinct arrival times; {sh['share_together']:.1%} of the requests "
+                f"arrive with another (mean {sh['mean_per_instant']:.2f}, largest {sh['largest']}): the safe loads "
+                "take them as clumps (AT5); --spread S, workload.trace.spread_s if the timestamps are coarse"
             )
         e = s["requests_per_full_epoch"]
         lines.append(

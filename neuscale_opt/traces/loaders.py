@@ -432,14 +432,14 @@ def _load_raw(
     inp = _tokens(df[i_col], i_col, where)
     out = _tokens(df[o_col], o_col, where)
     df = _canonical(arrival, inp, out, where=where, fmt=fmt, arrival_col=a_col, start_s=start_s, duration_s=duration_s)
-    return spread_arrivals(df, spread_s, cut=duration_s is not None) if spread_s > 0 else df
+    return df if spread_s == 0 else spread_arrivals(df, spread_s, cut=duration_s is not None, where=where)
 
 
 #: seed of :func:`spread_arrivals` (fixed: the same trace gives the same requests every run)
 SPREAD_SEED = 0
 
 
-def spread_arrivals(df: pd.DataFrame, spread_s: float, cut: bool = False) -> pd.DataFrame:
+def spread_arrivals(df: pd.DataFrame, spread_s: float, cut: bool = False, where: str = "spread_s") -> pd.DataFrame:
     """The canonical table ``df`` with each arrival moved to a uniform point of ``[t, t +
     spread_s)`` (``np.random.default_rng(SPREAD_SEED)``, one draw per row in file order), sorted
     again (stably) and kept inside the horizon: a window cut to ``duration_s`` (``cut``) keeps its
@@ -448,7 +448,7 @@ def spread_arrivals(df: pd.DataFrame, spread_s: float, cut: bool = False) -> pd.
     3-s grid, ``instances/data/README.md``), whose requests of one instant would otherwise arrive
     together. ``attrs["spread_s"]`` records it."""
     if not (math.isfinite(spread_s) and spread_s >= 0):
-        raise InputError(f"spread_s must be a finite number >= 0, got {spread_s!r}", where="workload.trace.spread_s")
+        raise InputError(f"spread_s must be a finite number >= 0, got {spread_s!r}", where=where)
     t = df["arrival_s"].to_numpy(np.float64) + np.random.default_rng(SPREAD_SEED).random(len(df)) * spread_s
     horizon = float(df.attrs.get("horizon_s", 0.0))
     if cut and horizon > 0:

@@ -98,3 +98,58 @@ def test_an_instance_spreads_its_trace(tmp_path):
 
     tr = instance_trace(inst)
     assert len(np.unique(tr["arrival_s"])) == len(tr)
+
+
+def test_an_infeasible_plan_of_clumps_says_so(tmp_path, capsys):
+    """100 requests of one class at one instant on 8 chips (a clump counted at MAX_CLUMP = 64): the
+    safe loads (AT5) leave the fleet short; the one-line error names the clumps and the setting that
+    reads the timestamps as coarse."""
+    from neuscale_opt.cli import main
+    from neuscale_opt.errors import EXIT_INFEASIBLE
+
+    lines = ["timestamp_ms,input_length,output_length"] + [f"0,{1000 + i},60" for i in range(100)]
+    (tmp_path / "clumped.csv").write_text("\n".join(lines) + "\n")
+    p = tmp_path / "i.toml"
+    p.write_text(BASE.replace(", spread_s = SPREAD", ""))
+    code = main(["plan", str(p), "--quiet", "--json", str(tmp_path / "plan.json")])
+    err = capsys.readouterr().err
+    assert code == EXIT_INFEASIBLE
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("neuscale-opt: infeasible: ") and "64 or more requests of one class at one instant" in line
+    assert "workload.trace.spread_s" in line
+    # the plan's provenance records each class's mean clump (hand: 100 requests of one class at one instant,
+    # counted as one clump of 64, MAX_CLUMP)
+    import json
+
+    prov = json.loads((tmp_path / "plan.json").read_text())["provenance"]
+    assert prov["clump_mean"]["s1024-2048"] == 64.0
+
+
+def test_trace_stats_counts_shared_instants(tmp_path, capsys):
+    """trace-stats says how the arrivals share instants (hand: 400 instants of 5), and --spread
+    separates them."""
+    import json
+
+    from neuscale_opt.cli import main
+
+    p, _t0 = _clumped_file(tmp_path)
+    assert main(["trace-stats", str(p), "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)["shared_instants"]
+    assert s == {"instants": INSTANTS, "share_together": 1.0, "mean_per_instant": PER_INSTANT, "largest": PER_INSTANT}
+    assert main(["trace-stats", str(p)]) == 0
+    assert "400 distinct arrival times; 100.0% of the requests arrive with another" in capsys.readouterr().out
+    assert main(["trace-stats", str(p), "--spread", "3", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)["shared_instants"]
+    assert s["instants"] == INSTANTS * PER_INSTANT and s["share_together"] == 0.0
+
+
+def test_a_bad_spread_on_the_command_line_or_in_the_api_is_refused(tmp_path, capsys):
+    from neuscale_opt.cli import main
+
+    p, _t0 = _clumped_file(tmp_path)
+    for bad in ("-1", "inf", "nan"):
+        assert main(["trace-stats", str(p), "--spread", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "--spread: spread_s must be a finite number >= 0" in err, err
+        with pytest.raises(InputError, match=r"clumped\.csv: spread_s must be a finite number >= 0"):
+            load_trace_file(p, "mooncake", spread_s=float(bad))
