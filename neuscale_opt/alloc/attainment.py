@@ -163,6 +163,13 @@ def vpod_clumps(sizes: np.ndarray, class_rate_rps: np.ndarray, rate_rps: np.ndar
     return np.where(tot > 0, y / np.maximum(tot, 1e-300), single)
 
 
+def peakedness(y: np.ndarray) -> np.ndarray:
+    """AT5: per row, D = E[Y^2] / E[Y] of clumps of law ``y`` (rows x K, sizes 1, ..., K): the
+    variance over the mean of a count of their requests (1 for single requests)."""
+    sizes = np.arange(1, np.asarray(y).shape[1] + 1, dtype=float)
+    return (y @ sizes**2) / np.maximum(y @ sizes, 1e-300)
+
+
 def clump_ahead(y: np.ndarray) -> np.ndarray:
     """AT5: per row, the law of J, the requests of its own clump a request finds ahead of it (rows
     x K, J = 0, ..., K - 1), for clumps of law ``y`` (rows x K, sizes 1, ..., K) in random order:
@@ -237,6 +244,7 @@ def tpot_tail(
     step_s: np.ndarray,
     stall_s: np.ndarray,
     dispersion: np.ndarray | None = None,
+    followers: np.ndarray | None = None,
 ) -> np.ndarray:
     """P_AT3 per row: the share of requests whose TPOT exceeds ``tpot_slo_s`` because more than
     ``k(o) = floor(o (tau - step) / stall)`` prefills land in their ``o tau`` s of decoding,
@@ -244,9 +252,9 @@ def tpot_tail(
     (rows x nodes, NaN = no node; a node below one token has no TPOT). 0 where ``stall`` is 0 or
     there is no target, 1 where a round alone is longer than the target. With ``dispersion`` D > 1
     per row (prefills that arrive in clumps, AT5: D = E[Y^2] / E[Y] of the clumps a vPod receives)
-    the count is the negative binomial of the same mean and variance D times it; ``dispersion = (D,
-    followers)``, ``followers`` rows x K the law of the requests of its own clump prefilled right
-    after it (0, ..., K - 1), adds those to the count."""
+    the count is the negative binomial of the same mean and variance D times it; ``followers``
+    (rows x K, the law of the requests of its own clump prefilled right after it, 0, ..., K - 1)
+    adds those to the count of those rows."""
     stall_all = np.asarray(stall_s, dtype=float)
     tau_all = np.asarray(tpot_slo_s, dtype=float)
     out = np.zeros(len(stall_all))
@@ -264,13 +272,10 @@ def tpot_tail(
         mean = np.maximum(lam * o * tau, 0.0)
         p_ok = np.where(k >= 0, gammaincc(np.maximum(k, 0.0) + 1.0, mean), 0.0)  # P(N <= k)
         if dispersion is not None:
-            follow = None
-            if isinstance(dispersion, tuple):
-                dispersion, follow = dispersion
             d = np.asarray(dispersion, dtype=float)[rows]
             lr = np.flatnonzero(d > 1.0 + 1e-12)  # rows (of ``rows``) whose prefills come in clumps
             if len(lr):
-                fl = np.ones((len(lr), 1)) if follow is None else np.asarray(follow, dtype=float)[rows[lr]]
+                fl = np.ones((len(lr), 1)) if followers is None else np.asarray(followers, dtype=float)[rows[lr]]
                 # P(N <= k) = sum_b P(B = b) P(NB <= k - b) over the followers B, each term only where
                 # it is not 0 (k - b >= 0, P(B = b) > 0): the negative binomial of mean m and variance
                 # D m (r = m / (D - 1), p = 1 / D) has P(NB <= k) = I_p(r, k + 1), the regularised
@@ -371,7 +376,7 @@ def attainment(
     rho = np.minimum(lam * service, 1.0)
     p_pre = rho[:, None] * np.exp(-(md1_decay(rho) / np.maximum(service, 1e-12))[:, None] * slack)
     p_pre = np.where((colo | pre)[:, None], p_pre, 0.0)
-    dispersion = None
+    dispersion = followers = None
     p_slot_plain, p_pre_plain = p_slot.copy(), p_pre.copy()
     if clumps is not None:
         sizes = np.asarray(clumps[0], dtype=float)
@@ -387,13 +392,11 @@ def attainment(
             # AT5 on AT1: clumps make the slots' occupancy peaked (peakedness h = D = E[Y^2] / E[Y],
             # the variance over the mean of M^X/D/inf; (1 + D) / 2 for exponential lifetimes), so it
             # is taken as M/M/c in units of h (Hayward: c / h slots, offered A / h); the j ahead in
-            # the clump take slots
-            # first, so a request waits when fewer than j + 1 are free, and then for j + 1
-            # departures at the rate the queue drains under clumps (Erlang(j + 1) at
+            # the clump take slots first, so a request waits when fewer than j + 1 are free, and
+            # then for j + 1 departures at the rate the queue drains under clumps (Erlang(j + 1) at
             # ``slot_decay``'s rate in place of the exponential at c / L - lambda)
             jj = j[0]  # 1 x J
-            sizes_v = np.arange(1, y.shape[1] + 1, dtype=float)
-            disp = (y @ sizes_v**2) / np.maximum(y @ sizes_v, 1e-300)
+            disp = peakedness(y)
             h = disp[:, None]
             c = np.asarray(slots, dtype=float)[lumpy][:, None] / h
             a = (lam * life)[lumpy][:, None] / h
@@ -436,25 +439,26 @@ def attainment(
             at = rho_o[:, None] * np.exp(-zb[:, None] * (ratio - m)) * g[rows_l, m]
             pre_c = np.maximum(beyond[rows_l, m], 0.0) + at
             p_pre[lumpy] = np.where((colo | pre)[lumpy][:, None], np.minimum(pre_c, 1.0), 0.0)
-            dispersion = (np.ones(len(lam)), np.zeros((len(lam), y.shape[1])))
-            dispersion[0][lumpy] = disp
-            dispersion[1][:, 0] = 1.0
-            dispersion[1][lumpy] = clump_ahead(y)  # the followers in its clump: J's law, by symmetry
+            dispersion = np.ones(len(lam))
+            dispersion[lumpy] = disp
+            followers = np.zeros((len(lam), y.shape[1]))
+            followers[:, 0] = 1.0
+            followers[lumpy] = pj  # the followers in its clump: J's law, by symmetry
     live = np.isfinite(t_pre)
 
-    def share(p_s: np.ndarray, p_p: np.ndarray, disp: Any) -> np.ndarray:
+    def share(p_s: np.ndarray, p_p: np.ndarray, disp: np.ndarray | None, follow: np.ndarray | None) -> np.ndarray:
         ok_s = np.where(reach, (1.0 - p_s) * (1.0 - p_p), 0.0)
         ok = np.where(live, ok_s, 0.0).sum(axis=1) / np.maximum(live.sum(axis=1), 1)
         if tail is not None:
             nodes, tau, step, stall = tail
-            ok = ok * (1.0 - tpot_tail(lam, nodes, tau, step, np.where(colo, stall, 0.0), disp))
+            ok = ok * (1.0 - tpot_tail(lam, nodes, tau, step, np.where(colo, stall, 0.0), disp, follow))
         return ok
 
     if dispersion is None:
-        return share(p_slot, p_pre, None)
+        return share(p_slot, p_pre, None, None)
     # clumps never help: a row keeps at most its attainment under Poisson arrivals (AT2 without
     # clumps charges a prefill's whole latency, not its occupancy, so it can be the lower one)
-    return np.minimum(share(p_slot, p_pre, dispersion), share(p_slot_plain, p_pre_plain, None))
+    return np.minimum(share(p_slot, p_pre, dispersion, followers), share(p_slot_plain, p_pre_plain, None, None))
 
 
 def modulation_nodes(cv2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -650,12 +654,11 @@ def _safe_load(configs: pd.DataFrame, buckets: pd.DataFrame, target: float) -> n
         # the others get no stall, which ``tpot_tail`` skips
         nodes, tau, step, stall = tail
         stall = np.where(phase[idx] == "colocated", stall, 0.0)
-        disp = None
+        disp = follow = None
         if clumps is not None:  # AT5: the clumps at the full rate (the fewest vPods, the largest clumps)
             y = vpod_clumps(clumps[0], clumps[1], mu[idx])
-            k_sizes = np.arange(1, y.shape[1] + 1, dtype=float)
-            disp = ((y @ k_sizes**2) / np.maximum(y @ k_sizes, 1e-300), clump_ahead(y))
-        heavy = tpot_tail(mu[idx], nodes, tau, step, stall, disp) > 1e-9
+            disp, follow = peakedness(y), clump_ahead(y)
+        heavy = tpot_tail(mu[idx], nodes, tau, step, stall, disp, follow) > 1e-9
         tail = (nodes, tau, step, np.where(heavy, stall, 0.0))
 
     # AT4: the rows of classes whose rate moves (c2 > 0) are found on a grid, the others exactly

@@ -370,11 +370,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _clump_hint(coeffs) -> str:
+def _clump_hint(coeffs: Coefficients) -> str:
     """When the safe loads read clumps of simultaneous requests (AT5), the largest and what to do
     if the trace's timestamps are only coarse."""
-    b = coeffs.buckets if coeffs is not None else None
-    if b is None or "clump_sizes" not in b.columns:
+    b = coeffs.buckets
+    if "clump_sizes" not in b.columns:
         return ""
     from neuscale_opt.traces.demand import MAX_CLUMP
 

@@ -455,7 +455,7 @@ def slow_movement(c: np.ndarray | float, v: np.ndarray | float, k: int, pairs: i
     return np.maximum(np.asarray(c, dtype=float) + v / k - 2.0 * v / math.sqrt(pairs), 0.0)
 
 
-#: D13: clumps larger than this are counted at this size (the recorded traces' largest is 23)
+#: D13: clumps larger than this are counted at this size (the recorded traces' largest is 28)
 MAX_CLUMP = 64
 
 

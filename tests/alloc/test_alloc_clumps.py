@@ -152,7 +152,7 @@ def test_tpot_tail_under_clumps_against_brute_force():
         follow = np.array([[0.5, 0.3, 0.2]])
         want_f = 1.0 - sum(p * _compound_poisson_cdf(rate, law, 8 - b) for b, p in enumerate(follow[0]))
         row = (np.array([lam]), np.array([[o]]), np.array([tau]), np.array([step]), np.array([stall]))
-        got_f = tpot_tail(*row, (np.array([d]), follow))
+        got_f = tpot_tail(*row, np.array([d]), follow)
         assert got_f[0] == pytest.approx(want_f, rel=1e-6)
     # D = 1 is Poisson's
     plain = tpot_tail(np.array([lam]), np.array([[o]]), np.array([tau]), np.array([step]), np.array([stall]))
