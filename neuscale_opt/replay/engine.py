@@ -227,10 +227,12 @@ def run(
     and meets the target (the router coalesces at run time what the plan sized apart); None: never.
     ``surge(e, type_index)`` (the surge guard; None: off): a request of a group is *late* when on
     arrival (not queued while its class had no vPod) it would get its first token after its TTFT
-    target on the group's best vPod and no overflow host takes it, or when it finishes on a
-    colocated vPod past its ``tpot_target`` (per output token) or ``e2e_target`` (per class, s)
-    that it would have met alone there (rounds of batch 1 at its mean context), its arrival not
-    counted already; when the late requests of the group's last ``surge_window_s`` are more than a
+    target on the group's best vPod and no overflow host takes it, when its prefill starts on the
+    colocated vPod it joined on arrival too late for its TTFT target (an arrival of the epoch
+    running), or when it finishes on a
+    colocated vPod past its ``tpot_target`` (per output token) or ``e2e_target`` (per class, s),
+    where alone there (its prefill at once; rounds of batch 1 at its mean context) it would have met
+    them, not counted already; when the late requests of the group's last ``surge_window_s`` are more than a
     share ``surge_tolerance`` (the SLO-attainment target's complement) of its ``n`` arrivals
     there explains (more than the ``1 - surge_alpha`` quantile of a binomial count of ``n`` draws
     at that share), the group gets the vPods its window's arrival rate asks for at the plan's rate
@@ -265,6 +267,7 @@ def run(
     guard = surge is not None
     watch = guard and (tpot_target is not None or e2e_target is not None)
     flagged = bytearray(n_req)  # surge guard: counted late already
+    routed = bytearray(n_req)  # surge guard: joined a vPod on arrival (not the class's queue)
     if tpot_target is None:
         tpot_target = [math.inf] * n_buckets
     if e2e_target is None:
@@ -330,6 +333,8 @@ def run(
             stall = tab.pre_stall[s]
             start[rid] = t
             first[rid] = t + tab.pre_lat[s]
+            if guard and routed[rid] and not flagged[rid]:
+                ttft_late(v, rid, t)
             v.energy_j += tab.pre_energy[s]
             v.busy_s += stall
             v.work_s += stall
@@ -422,7 +427,8 @@ def run(
         """The vPod request ``rid`` of class ``b`` joins at ``t``: :func:`own_vpod`; with
         ``overflow``, when that one (or none ready) would give its first token after its TTFT
         target, the vPod of a group of another class whose type serves ``b`` that gives it soonest,
-        if that one meets the target and has no prompt waiting."""
+        if that one meets the target and has no prompt waiting. Not estimated where that one has a
+        free slot and no prompt waiting or prefilling (it starts at the next round boundary)."""
         if arriving and surge_retire:
             for g in lanes.groups[b]:
                 if len(g.live) > g.planned:
@@ -430,7 +436,7 @@ def run(
         v = own_vpod(b, lanes)
         if arriving and v is not None:
             seen(v.group, t)
-        if rid < 0 or (v is not None and not v.queue and v.state != PREFILLING):
+        if rid < 0 or (v is not None and not v.queue and v.state != PREFILLING and v.n_act < v.slots):
             return v
         growing = arriving and v is not None and may_grow(v.group, t)
         if not (alt[b] or growing):
@@ -488,6 +494,26 @@ def run(
             if may_grow(g, t):
                 flagged[rid] = 1
                 late(g, t)
+
+    def ttft_late(v: _Vpod, rid: int, t: float) -> None:
+        """``rid``, routed to ``v`` on arrival, starts its prefill on colocated ``v`` at ``t``: late
+        if its first token comes after its TTFT target while alone on ``v`` (its prefill at once)
+        it would have met it, and its arrival was not already counted late (the estimate at
+        arrival is skipped on a vPod with a free slot, and it forecasts the vPod's next seconds
+        from what it holds then). Not counted: a request that waited in its class's queue for
+        want of a vPod (its wait is no group's load), or that arrived before the epoch began (a
+        backlog of an earlier plan's epoch, which clears; the guard judges the epoch's arrivals)."""
+        b = bucket[rid]
+        lat = v.tab.pre_lat[s_in[rid]]
+        if first[rid] - arrival[rid] <= ttft_target[b] or lat > ttft_target[b]:
+            return
+        if arrival[rid] < (ei - 1) * epoch_s:  # a backlog of an earlier epoch's plan: it clears
+            return
+        g = v.group
+        forget(g, t)
+        if may_grow(g, t):
+            flagged[rid] = 1
+            late(g, t)
 
     def seen(g: _Group, t: float) -> None:
         """An arrival routed to ``g`` at ``t``: the guard's window moves on."""
@@ -836,6 +862,7 @@ def run(
         if v is None:
             pending[b].append(i_arr)
         else:
+            routed[i_arr] = 1
             assign(i_arr, v, t_arr)
         i_arr += 1
 

@@ -100,11 +100,12 @@ class ReplayOptions:
     planned groups (README section 2, "Overflow"). ``surge`` (default True): the surge guard, a
     run-time scale-up under the plan (README section 2, "Surge guard"): a request is late when on
     arrival it would get its first token after its TTFT target on its group's vPods and no overflow
-    host takes it, or when it finishes past its TPOT or end-to-end target that it would have met
-    alone on its vPod; once the late requests of a group's last ``surge_window_s`` (default 60 s)
-    are more than the instance's SLO-attainment target explains among its arrivals (late at a rate
-    ``1 - slo.attainment``, a one-sided binomial test at level ``surge_alpha``, default 0.01: one
-    late among ten arrivals is chance, two are not), the group gets the vPods the window's arrival
+    host takes it, when its prefill starts too late for its TTFT target, or when it finishes past
+    its TPOT or end-to-end target, where alone on its vPod it would have met them; once the late
+    requests of a group's last ``surge_window_s`` (default 60 s) are more than the instance's
+    SLO-attainment target explains among its arrivals (late at a rate ``1 - slo.attainment``, a
+    one-sided binomial test at level ``surge_alpha``, default 0.01: one late among ten arrivals is
+    chance, two are not), the group gets the vPods the window's arrival
     rate asks for at the plan's rate per vPod (``surge_to_rate``, default True; False: one), ready
     ``create_delay_s`` later, none while one is being created, at most ``surge_growth`` times the
     group's planned vPods (NeuScale's growth bound), only where the fleet still has room

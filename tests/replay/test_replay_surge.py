@@ -362,3 +362,43 @@ def test_requests_finished_past_their_tpot_count_late_when_the_load_made_them_la
     assert _tpot_run(0.9 * lone).totals["surge_vpods"] == 0
     # a target every request meets: nothing late
     assert _tpot_run(1.1 * float(loaded.max())).totals["surge_vpods"] == 0
+
+
+def test_a_request_late_for_a_wait_its_arrival_could_not_see_counts_at_its_prefill():
+    """A two-slot vPod decoding a long answer: a prompt arriving meanwhile finds a free slot and no
+    prompt waiting, so the router takes the vPod as it is (no estimate at arrival), and its prefill
+    waits for the decode round in progress to end. With a TTFT target a hair above a lone prefill
+    that wait makes it late: the guard counts it when its prefill starts (alone it would have met
+    the target), and two late of three arrivals add a vPod then."""
+    inst = tiny_instance(
+        {"a": 1.0}, epochs=1, slo={"mode": "absolute", "ttft_s": 1.0005 * P, "tpot_s": 1.0, "attainment": 0.99}
+    )
+    plan = plan_of([row(0, "a", 1, vpod_group="ga")])
+    trace = trace_of([(0.0, 2048, 400, "a"), (0.5, 2048, 4, "a"), (1.0, 2048, 4, "a")])
+    res = replay(plan, inst, trace, ReplayOptions(create_delay_s=5.0, prewarm=False))
+    rq = res.requests
+    assert rq["ttft_s"].iloc[0] == pytest.approx(P)
+    assert rq["slo_met"].tolist() == [True, False, False]
+    # each waited for a decode round only (a few ms), not for a slot or a prefill
+    assert ((rq["queue_s"].iloc[1:] > 0.0005 * P) & (rq["queue_s"].iloc[1:] < 0.5 * P)).all()
+    surge = _surge_rows(res)
+    assert len(surge) == 1 and surge["vpod_group"].iloc[0] == "ga"
+    # grown when the third request's prefill starts (its arrival plus its wait)
+    assert surge["held_from_s"].iloc[0] == pytest.approx(1.0 + rq["queue_s"].iloc[2])
+    # one late of two is chance at a 1 % late rate: no vPod
+    two = replay(plan, inst, trace.iloc[:2], ReplayOptions(create_delay_s=5.0, prewarm=False))
+    assert two.totals["surge_vpods"] == 0 and not two.requests["slo_met"].iloc[1]
+
+
+def test_an_arrival_that_waits_for_a_slot_is_estimated_on_arrival():
+    """A one-slot vPod decoding a long answer: a prompt arriving meanwhile waits for the slot, and the
+    estimate at arrival (the rounds until the slot frees, then its prefill) counts it late at once:
+    two such arrivals add a vPod at the second one's arrival."""
+    plan = plan_of([row(0, "a", 1, vpod_group="ga", batch=1)])
+    trace = trace_of([(0.0, 2048, 400, "a"), (0.5, 2048, 4, "a"), (1.0, 2048, 4, "a")])
+    res = replay(plan, _inst(), trace, ReplayOptions(create_delay_s=5.0, prewarm=False))
+    rq = res.requests
+    assert rq["slo_met"].tolist() == [True, False, False]
+    assert (rq["ttft_s"].iloc[1:] > 1.5 * P).all()  # both waited for the long answer's slot
+    surge = _surge_rows(res)
+    assert len(surge) == 1 and surge["held_from_s"].iloc[0] == pytest.approx(1.0)
