@@ -489,11 +489,7 @@ def run(
             tau = tab.decode_step(1, s_in[rid] + 0.5 * (so - 1))[0]
             if tau > tpot_target[b] or tab.pre_lat[s_in[rid]] + so * tau > e2e_target[b]:
                 return
-            g = v.group
-            forget(g, t)
-            if may_grow(g, t):
-                flagged[rid] = 1
-                late(g, t)
+            count_late(v.group, rid, t)
 
     def ttft_late(v: _Vpod, rid: int, t: float) -> None:
         """``rid``, routed to ``v`` on arrival, starts its prefill on colocated ``v`` at ``t``: late
@@ -509,7 +505,11 @@ def run(
             return
         if arrival[rid] < (ei - 1) * epoch_s:  # a backlog of an earlier epoch's plan: it clears
             return
-        g = v.group
+        count_late(v.group, rid, t)
+
+    def count_late(g: _Group, rid: int, t: float) -> None:
+        """``rid``, a miss the load of ``g`` made, found at ``t`` (after its arrival): late for the
+        guard while ``g`` may grow."""
         forget(g, t)
         if may_grow(g, t):
             flagged[rid] = 1
