@@ -229,25 +229,24 @@ def run(
     arrival (not queued while its class had no vPod) it would get its first token after its TTFT
     target on the group's best vPod and no overflow host takes it, when its prefill starts on the
     colocated vPod it joined on arrival too late for its TTFT target (an arrival of the epoch
-    running), or when it finishes on a
-    colocated vPod past its ``tpot_target`` (per output token) or ``e2e_target`` (per class, s),
-    where alone there (its prefill at once; rounds of batch 1 at its mean context) it would have met
-    them, not counted already; when the late requests of the group's last ``surge_window_s`` are more than a
-    share ``surge_tolerance`` (the SLO-attainment target's complement) of its ``n`` arrivals
-    there explains (more than the ``1 - surge_alpha`` quantile of a binomial count of ``n`` draws
-    at that share), the group gets the vPods its window's arrival rate asks for at the plan's rate
-    per vPod (``surge_to_rate``; at least one, one where the plan gives no rate or without it),
-    ready ``create_delay_s`` later (a guard vPod of the group still draining is taken back first),
-    if no vPod of the group is being created, they are ready before the epoch ends, the group holds
-    at most ``ceil(surge_growth x`` its planned vPods``)``, and ``surge`` says the fleet has room
-    for each in epoch ``e`` (and takes it: room given to a group stays its own until the epoch
-    ends); the next epoch boundary resizes every group to its plan again. Late requests are counted
-    only while the group may grow (none while a vPod of it is being created), and the window runs
-    across epoch boundaries. ``surge_retire``: before an arrival of one of its classes is routed, a
-    group holding more vPods than planned retires (drains) its least-loaded guard vPod ready for
-    ``surge_window_s`` once the surge is over: no late request and no prompt waiting in the group,
-    and at most the plan's rate for the group (the sum of its classes' planned rates; never where
-    the plan gives none) arrived in the last ``surge_window_s``."""
+    running), or when it finishes on a colocated vPod past its ``tpot_target`` (per output token) or
+    ``e2e_target`` (per class, s), where alone there (its prefill at once; rounds of batch 1 at its
+    mean context) it would have met them, not counted already; when the late requests of the group's
+    last ``surge_window_s`` are more than a share ``surge_tolerance`` (the SLO-attainment target's
+    complement) of its ``n`` arrivals there explains (more than the ``1 - surge_alpha`` quantile of
+    a binomial count of ``n`` draws at that share), the group gets the vPods its window's arrival
+    rate asks for at the plan's rate per vPod (``surge_to_rate``; at least one, one where the plan
+    gives no rate or without it), ready ``create_delay_s`` later (a guard vPod of the group still
+    draining is taken back first), if no vPod of the group is being created, they are ready before
+    the epoch ends, the group holds at most ``ceil(surge_growth x`` its planned vPods``)``, and
+    ``surge`` says the fleet has room for each in epoch ``e`` (and takes it: room given to a group
+    stays its own until the epoch ends); the next epoch boundary resizes every group to its plan
+    again. Late requests are counted only while the group may grow (none while a vPod of it is being
+    created), and the window runs across epoch boundaries. ``surge_retire``: before an arrival of
+    one of its classes is routed, a group holding more vPods than planned retires (drains) its
+    least-loaded guard vPod ready for ``surge_window_s`` once the surge is over: no late request and
+    no prompt waiting in the group, and at most the plan's rate for the group (the sum of its
+    classes' planned rates; never where the plan gives none) arrived in the last ``surge_window_s``."""
     n_req = len(arrival)
     nan = math.nan
     start = [nan] * n_req
