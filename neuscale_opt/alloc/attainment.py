@@ -196,21 +196,7 @@ def slot_decay(rho: np.ndarray, y: np.ndarray) -> np.ndarray:
     request holding an exponential lifetime L (the Cramer-Lundberg exponent of compound Poisson
     work, a clump bringing Gamma(Y, c / L) of it); 1 - rho for Y = 1 (M/M/c's c / L - lambda);
     0 when rho >= 1. Bisection on log E[(1 - v)^{-Y}] < log(1 + v E[Y] / rho)."""
-    r = np.clip(np.asarray(rho, dtype=float), 1e-12, 1.0)
-    y = np.asarray(y, dtype=float)
-    sizes = np.arange(1, y.shape[1] + 1, dtype=float)
-    mean = y @ sizes
-    lo = np.zeros_like(r)
-    hi = np.ones_like(r)
-    top = _largest(y)
-    for _ in range(48):
-        mid = 0.5 * (lo + hi)
-        g = -np.log1p(-np.minimum(mid, 1.0 - 1e-16))  # -log(1 - v) >= 0
-        log_m = g * top + np.log((y * np.exp(g[:, None] * np.minimum(sizes[None, :] - top[:, None], 0.0))).sum(axis=1))
-        neg = log_m < np.log1p(mid * mean / r)
-        lo = np.where(neg, mid, lo)
-        hi = np.where(neg, hi, mid)
-    return np.where(r >= 1.0, 0.0, lo)
+    return _clump_root(rho, y, 1.0, lambda v: -np.log1p(-np.minimum(v, 1.0 - 1e-16)))  # -log(1 - v) >= 0
 
 
 def batch_decay(rho: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -218,19 +204,26 @@ def batch_decay(rho: np.ndarray, y: np.ndarray) -> np.ndarray:
     waiting time of a clump of law ``y`` (rows x K, sizes 1, ..., K) in a queue of deterministic
     service at utilisation ``rho`` (the M^X/D/1 queue's Cramer-Lundberg exponent; ``md1_decay``'s
     for Y = 1), by bisection on log E[e^{z Y}] < log(1 + z E[Y] / rho); 0 when rho >= 1."""
+    return _clump_root(rho, y, 60.0, lambda z: z)
+
+
+def _clump_root(rho: np.ndarray, y: np.ndarray, upper: float, exponent: Any) -> np.ndarray:
+    """The x in (0, ``upper``] of :func:`slot_decay` and :func:`batch_decay`: per row, the root of
+    log E[e^{s(x) Y}] = log(1 + x E[Y] / rho), s = ``exponent`` (x for the prefill queue, -log(1 - x)
+    for the slots), by 48 bisection steps; 0 when rho >= 1. log E[e^{s Y}] = s top + log E[e^{s (Y -
+    top)}], top the row's largest clump (no overflow)."""
     r = np.clip(np.asarray(rho, dtype=float), 1e-12, 1.0)
     y = np.asarray(y, dtype=float)
     sizes = np.arange(1, y.shape[1] + 1, dtype=float)
     mean = y @ sizes
     lo = np.zeros_like(r)
-    hi = np.full_like(r, 60.0)
+    hi = np.full_like(r, upper)
     top = _largest(y)
+    below = np.minimum(sizes[None, :] - top[:, None], 0.0)
     for _ in range(48):
         mid = 0.5 * (lo + hi)
-        # log E[e^{z Y}] = z top + log E[e^{z (Y - top)}], top the row's largest clump (no overflow)
-        log_m = mid * top + np.log(
-            (y * np.exp(mid[:, None] * np.minimum(sizes[None, :] - top[:, None], 0.0))).sum(axis=1)
-        )
+        g = exponent(mid)
+        log_m = g * top + np.log((y * np.exp(g[:, None] * below)).sum(axis=1))
         neg = log_m < np.log1p(mid * mean / r)
         lo = np.where(neg, mid, lo)
         hi = np.where(neg, hi, mid)
