@@ -42,6 +42,7 @@ from neuscale_opt.coefficients import J_PER_KWH, Coefficients, serving_rows
 from neuscale_opt.energy import arrival_ratio, busy_energy_rate_w, static_energy_j
 from neuscale_opt.horizon.context import inventory_dropped
 from neuscale_opt.horizon.params import FLOOR_EPS, HorizonParams
+from neuscale_opt.replay.surge import StandIns
 
 RTOL = 1e-6
 
@@ -174,6 +175,10 @@ def _absorbed(
     return res.x[nx:] <= 1e-6
 
 
+#: the per-vPod rates of a stand-in type's configuration row that G4 charges (W, USD/h, kg/h)
+STAND_IN_RATES = ("static_power_w", "price_usd_per_hour", "embodied_kg_per_hour")
+
+
 def _guard_vpods(
     groups: pd.DataFrame,
     rows: pd.DataFrame,
@@ -181,9 +186,11 @@ def _guard_vpods(
     free: dict[tuple[int, str], float],
     t: int,
     gamma: float,
-) -> np.ndarray:
-    """G2-G3 of epoch ``t``: the guard's vPods per group (``groups`` of the epoch, ``rows`` its
-    allocation rows with the rate that came, ``_came`` req/s)."""
+    standins: StandIns | None = None,
+) -> tuple[np.ndarray, list[tuple[int, str, int]]]:
+    """G2-G3 of epoch ``t``: the guard's vPods of its own type per group (``groups`` of the epoch,
+    ``rows`` its allocation rows with the rate that came, ``_came`` req/s), and those that stand in
+    where its generation has no room (group position, type key, vPods)."""
     n = groups["n"].to_numpy(dtype=float)
     w = groups["w"].to_numpy(dtype=float)
     at = {g: i for i, g in enumerate(groups["vpod_group"].astype(str))}
@@ -213,14 +220,34 @@ def _guard_vpods(
         hot &= ~_absorbed(groups, demand, own_full, full_of, hot)  # ... and the other groups cannot take it
     want = np.where(hot, np.minimum(np.ceil(safe_load - n - RTOL), np.ceil(gamma * n - 1e-9) - n), 0.0)
     chips = groups["chip"].astype(str).tolist()
+    types = groups["vpod_type"].astype(str).tolist()
     out = np.zeros(len(at))
+    subs: list[tuple[int, str, int]] = []
     for j in np.flatnonzero(want > 0):  # G3, in key order
         room = free.get((t, chips[j]), math.inf)
         fits = want[j] if math.isinf(room) else min(want[j], max(math.floor(room / w[j] + 1e-9), 0))
         if fits > 0:
             out[j] = fits
             free[(t, chips[j])] = room - fits * w[j]
-    return out
+        rest = int(want[j] - fits)
+        if rest > 0 and standins is not None and types[j].endswith(":colocated"):
+            # the replay's stand-ins: each vPod of the first stand-in type with room
+            mine = sorted(
+                (b, float(r)) for b, g, r in zip(rows["bucket"].astype(str), rows["vpod_group"].astype(str),
+                                                 rows["rate_rps"], strict=True) if at[g] == j
+            )  # fmt: skip
+            order = standins.order(types[j], [b for b, _ in mine], [r for _, r in mine])
+            for key in order:
+                c, ws = str(standins.row[key]["chip"]), standins.chips[key]
+                room = free.get((t, c), 0.0)
+                k = min(rest, max(math.floor(room / ws + 1e-9), 0))
+                if k > 0:
+                    subs.append((int(j), key, k))
+                    free[(t, c)] = room - k * ws
+                    rest -= k
+                if rest == 0:
+                    break
+    return out, subs
 
 
 #: the guard's columns of :func:`guard_as_run` (per epoch and in the totals)
@@ -294,23 +321,43 @@ def guard_as_run(
     free: dict[tuple[int, str], float] = {}
     for t in epochs:
         nxt = t + 1 if t + 1 in epochs else t
-        for c in sorted({c for c, _ in type_chip.values()}):
+        for c in sorted({c for c, _ in type_chip.values()} | {c for c, _ in inventory}):
             free[(t, c)] = min(inventory.get((c, t), math.inf), inventory.get((c, nxt), math.inf))
         for vt, (c, w) in sorted(type_chip.items()):
             free[(t, c)] -= max(held_n.get((t, vt), 0.0), held_n.get((t + 1, vt), 0.0)) * w
     # G2 and G3, epoch by epoch
     full_of = _overflow_capacity(coeffs)
+    standins = StandIns(
+        coeffs.configs,
+        coeffs.buckets,
+        solution.options.util_cap if solution.options.util_cap is not None else coeffs.util_cap,
+        float(solution.options.attainment),
+        sorted({c for c, _ in inventory}),
+    )
     extra = np.zeros(len(groups))
+    extra_busy = np.zeros(len(groups))  # stand-ins per group (their weight streaming is the group's, G4)
+    # per epoch: the stand-ins' vPods, chips, static W, price and embodied carbon per hour (G3-G4)
+    sub = {t: np.zeros(5) for t in epochs}
     for t in epochs:
         gi = np.flatnonzero(groups["epoch"].astype(int).to_numpy() == t)
         mine = rows[rows["epoch"].astype(int) == t]
         if len(gi) and len(mine):
-            extra[gi] = _guard_vpods(groups.iloc[gi], mine, full_of, free, t, params.growth_max)
-    if not extra.any():
+            extra[gi], subs = _guard_vpods(groups.iloc[gi], mine, full_of, free, t, params.growth_max, standins)
+            for j, key, k in subs:
+                r = standins.row[key]
+                sub[t] += k * np.array(
+                    [1.0, standins.chips[key], *(float(np.nan_to_num(float(r[c]))) for c in STAND_IN_RATES)]
+                )
+                extra_busy[gi[j]] += k
+    if not (extra.any() or extra_busy.any()):
         return out
     # G4: held hold_s at static power and price; weight streaming at n + m vPods against n
     m_of = dict(
-        zip((f"{e}|{g}" for e, g in zip(groups["epoch"], groups["vpod_group"], strict=True)), extra, strict=True)
+        zip(
+            (f"{e}|{g}" for e, g in zip(groups["epoch"], groups["vpod_group"], strict=True)),
+            extra + extra_busy,
+            strict=True,
+        )
     )
     m_row = np.array([m_of[k] for k in gkey])
     busy_w = busy_energy_rate_w(ref, arriving, n_row + m_row, gkey) - busy_energy_rate_w(ref, arriving, n_row, gkey)
@@ -327,16 +374,19 @@ def guard_as_run(
     cols: dict[str, list[float]] = {c: [] for c in GUARD_COLUMNS}
     for t in epochs:
         ge, re_ = g_epoch == t, r_epoch == t
+        n_sub, chips_sub, static_sub, price_sub, emb_sub = sub[t]
         static_j = float(static_energy_j(static_w[ge], extra[ge] * hold_s).sum())
+        static_j += float(static_energy_j(static_sub, hold_s))
         busy_j = float(busy_w[re_].sum()) * hold_s
         energy = coeffs.pue * (static_j + busy_j)
-        cols["guard_vpods"].append(float(extra[ge].sum()))
-        cols["guard_chip_hours"].append(float((extra[ge] * w_g[ge]).sum()) * hold_s / 3600.0)
+        cols["guard_vpods"].append(float(extra[ge].sum()) + n_sub)
+        cols["guard_chip_hours"].append((float((extra[ge] * w_g[ge]).sum()) + chips_sub) * hold_s / 3600.0)
         cols["guard_static_j"].append(static_j)
         cols["guard_busy_j"].append(busy_j)
         cols["guard_energy_j"].append(energy)
-        cols["guard_cost_usd"].append(float((price_h[ge] * extra[ge]).sum()) * hold_s / 3600.0)
-        cols["guard_carbon_kg"].append(energy * kg_per_j + float((emb_h[ge] * extra[ge]).sum()) * hold_s / 3600.0)
+        cols["guard_cost_usd"].append((float((price_h[ge] * extra[ge]).sum()) + price_sub) * hold_s / 3600.0)
+        emb = float((emb_h[ge] * extra[ge]).sum()) + emb_sub
+        cols["guard_carbon_kg"].append(energy * kg_per_j + emb * hold_s / 3600.0)
     return pd.DataFrame({"epoch": epochs, **cols})
 
 

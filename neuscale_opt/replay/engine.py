@@ -48,6 +48,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.stats import binom
@@ -63,16 +64,18 @@ PHASE_CODE = {"colocated": PH_COLOCATED, "prefill": PH_PREFILL, "decode": PH_DEC
 
 class _Vpod:
     __slots__ = (
-        "vid", "group", "tab", "slots", "ready", "retired", "queue", "load", "n_act", "fin", "D", "base",
+        "vid", "group", "ti", "tab", "slots", "inv", "ready", "retired", "queue", "load", "n_act", "fin", "D", "base",
         "state", "t0", "tau", "k", "pm0", "ver", "rid", "cut", "held_from", "held_to", "busy_s", "work_s", "energy_j",
         "phase", "inflight", "kv_j", "fixed_j", "surge", "surge_to",
     )  # fmt: skip
 
-    def __init__(self, vid: int, group: _Group, t: float) -> None:
+    def __init__(self, vid: int, group: _Group, t: float, ti: int, tab: StepTable) -> None:
         self.vid = vid
         self.group = group
-        self.tab = group.tab
-        self.slots = group.tab.vtype.slots
+        self.ti = ti  # its vPod type: the group's, or a stand-in's (surge guard)
+        self.tab = tab
+        self.slots = tab.vtype.slots
+        self.inv = 1.0 / self.slots
         self.ready = False
         self.retired = False
         self.queue: deque[int] = deque()
@@ -108,15 +111,14 @@ WAITING = 1e6
 
 class _Group:
     __slots__ = (
-        "key", "type_index", "tab", "inv_slots", "live", "ready", "draining", "buckets", "phase", "planned", "full_in",
-        "arrived", "late", "rate", "granted", "mine",
+        "key", "type_index", "tab", "live", "ready", "draining", "buckets", "phase", "planned", "full_in",
+        "arrived", "late", "rate", "rates", "granted", "mine", "alts",
     )  # fmt: skip
 
     def __init__(self, key: str, type_index: int, tab: StepTable) -> None:
         self.key = key
         self.type_index = type_index
         self.tab = tab
-        self.inv_slots = 1.0 / tab.vtype.slots
         self.live: list[_Vpod] = []  # not retired (ready or being created), by vid
         self.ready: list[_Vpod] = []  # ready and admitting, by vid
         self.draining: list[_Vpod] = []  # retired, still working
@@ -127,8 +129,10 @@ class _Group:
         self.arrived: deque[float] = deque()  # surge guard: arrival times routed here in its window
         self.late: deque[float] = deque()  # ... and those of them estimated late
         self.rate = math.inf  # req/s the plan routes to the group this epoch (inf: a rate not given)
-        self.granted = 0  # surge vPods the fleet gave the group room for in this epoch
+        self.rates: tuple[float, ...] = ()  # planned req/s of each of its classes this epoch
+        self.granted: dict[int, int] = {}  # surge vPods of each type the fleet gave the group room for in this epoch
         self.mine: list[_Vpod] = []  # surge vPods made in that room (live or draining or released)
+        self.alts: list[int] | None = None  # stand-in types for this epoch's classes (None: not ranked yet)
 
 
 class _Lanes:
@@ -213,6 +217,7 @@ def run(
     surge_alpha: float = 0.01,
     surge_retire: bool = True,
     surge_to_rate: bool = True,
+    standin: Any | None = None,
 ) -> EngineResult:
     """Replay requests (sorted by arrival) against ``schedule[e]`` for epochs ``e = 0 .. E-1``;
     ``on_epoch(1)`` (e.g. a progress bar's ``update``) is called as each epoch boundary is reached.
@@ -241,8 +246,15 @@ def run(
     the epoch ends, the group holds at most ``ceil(surge_growth x`` its planned vPods``)``, and
     ``surge`` says the fleet has room for each in epoch ``e`` (and takes it: room given to a group
     stays its own until the epoch ends); the next epoch boundary resizes every group to its plan
-    again. Late requests are counted only while the group may grow (none while a vPod of it is being
-    created), and the window runs across epoch boundaries. ``surge_retire``: before an arrival of
+    again. ``standin`` (None: the group's own type only; see
+    :class:`neuscale_opt.replay.surge.StandInTypes`): where ``surge`` has no room for a colocated
+    group's own type, its vPod is of the first type of ``standin.order(type, classes, rates)`` with
+    room (its step table ``standin.table(type)``, the classes it serves ``standin.serves[type]``,
+    which the overflow router also reads for it); a stand-in stays across a boundary while its group
+    is planned again, it serves the group's classes and ``surge`` has room for it in the new epoch
+    (else it drains), and counts beyond the plan all its life. Late requests are counted only while
+    the group may grow (none while a vPod of it is being created), and the window runs across epoch
+    boundaries. ``surge_retire``: before an arrival of
     one of its classes is routed, a group holding more vPods than planned retires (drains) its
     least-loaded guard vPod ready for ``surge_window_s`` once the surge is over: no late request and
     no prompt waiting in the group, and at most the plan's rate for the group (the sum of its
@@ -393,9 +405,8 @@ def run(
         best = None
         best_key = math.inf
         for g in gs:
-            inv = g.inv_slots
             for v in g.ready:
-                key = (len(v.queue) + (v.state == PREFILLING)) * WAITING + v.load * inv
+                key = (len(v.queue) + (v.state == PREFILLING)) * WAITING + v.load * v.inv
                 if key < best_key:
                     best, best_key = v, key
         return best, best_key
@@ -447,7 +458,7 @@ def run(
         host, first_at = None, deadline
         for g in alt[b]:
             for h in g.ready:
-                if h.queue or h.state == PREFILLING:
+                if h.queue or h.state == PREFILLING or (h.ti != g.type_index and b not in overflow_of(h.ti)):
                     continue
                 at = t + start_wait(h, t) + h.tab.pre_lat[s]
                 if at <= first_at:
@@ -557,22 +568,57 @@ def run(
 
     def grow(g: _Group, t: float) -> bool:
         """The surge guard: one more vPod for ``g``: a surge vPod of it still draining taken back,
-        else a new one in room the fleet gave the group earlier in this epoch or gives it now."""
+        else a new one in room the fleet gave the group earlier in this epoch or gives it now: of
+        the group's type, else (a colocated group, ``standin`` given) of the first stand-in type
+        with room (:class:`neuscale_opt.replay.surge.StandIns`)."""
         back = [v for v in g.draining if v in g.mine]
         if back:
             take_back(min(back, key=_vid))
             return True
-        if sum(math.isnan(v.held_to) for v in g.mine) >= g.granted:
-            if not surge(ei - 1, g.type_index):
-                g.full_in = ei
-                return False
-            g.granted += 1
-        before = set(map(_vid, g.live))
-        resize(g, len(g.live) + 1, t, False)
-        v = next(v for v in g.live if v.vid not in before)
+        ti = room_for(g)
+        if ti < 0:
+            g.full_in = ei
+            return False
+        v = create(g, ti, t, False)
         v.surge = True
         g.mine.append(v)
         return True
+
+    def room_for(g: _Group) -> int:
+        """The type of the guard's next vPod for ``g`` (-1: no room): room granted to it earlier in
+        this epoch and free again, or granted now; its own type first, then its stand-ins'."""
+        for ti in (g.type_index, *alternatives(g)):
+            held = sum(1 for v in g.mine if v.ti == ti and math.isnan(v.held_to))
+            if held < g.granted.get(ti, 0):
+                return ti
+            if surge(ei - 1, ti):
+                g.granted[ti] = g.granted.get(ti, 0) + 1
+                return ti
+        return -1
+
+    def alternatives(g: _Group) -> list[int]:
+        """Stand-in types of ``g`` for the classes it serves this epoch (none for a prefill or
+        decode group, or without ``standin``)."""
+        if g.alts is None:
+            ok = standin is not None and g.phase == PH_COLOCATED and bool(g.buckets)
+            g.alts = standin.order(g.type_index, g.buckets, g.rates) if ok else []
+        return g.alts
+
+    def create(g: _Group, ti: int, t: float, ready_now: bool, ready_at: float | None = None) -> _Vpod:
+        """A new vPod of type ``ti`` in ``g``, ready now or at ``ready_at`` (default
+        ``create_delay_s`` from ``t``)."""
+        nonlocal seq
+        tab = tables[ti] if ti == g.type_index else standin.table(ti)
+        v = _Vpod(len(vpods), g, t, ti, tab)
+        vpods.append(v)
+        g.live.append(v)
+        if ready_now:
+            make_ready(v)
+        else:
+            v.ver += 1
+            seq += 1
+            push(heap, (t + create_delay_s if ready_at is None else ready_at, seq, v.vid, v.ver, K_READY))
+        return v
 
     def own_vpod(b: int, lanes: _Lanes) -> _Vpod | None:
         gs = lanes.groups[b]
@@ -684,27 +730,33 @@ def run(
         g.live.sort(key=_vid)
         make_ready(v)
 
+    def own(g: _Group) -> list[_Vpod]:
+        """The live vPods of ``g``'s own type (not the guard's stand-ins)."""
+        return [v for v in g.live if v.ti == g.type_index]
+
     def resize(g: _Group, n: int, t: float, ready_now: bool, ready_at: float | None = None) -> None:
-        nonlocal seq
-        live = g.live
-        while len(live) < n and g.draining:
-            take_back(min(g.draining, key=_vid))
-        while len(live) < n:
-            v = _Vpod(len(vpods), g, t)
-            vpods.append(v)
-            live.append(v)
-            if ready_now:
-                make_ready(v)
-            else:
-                v.ver += 1
-                seq += 1
-                push(heap, (t + create_delay_s if ready_at is None else ready_at, seq, v.vid, v.ver, K_READY))
-        excess = len(live) - n
+        """``g`` to ``n`` live vPods of its own type (draining ones taken back first); its
+        stand-ins are left as they are."""
+        mine = own(g)
+        while len(mine) < n:
+            back = [v for v in g.draining if v.ti == g.type_index]
+            if not back:
+                break
+            v = min(back, key=_vid)
+            take_back(v)
+            mine.append(v)
+        while len(mine) < n:
+            mine.append(create(g, g.type_index, t, ready_now, ready_at))
+        excess = len(mine) - n
         if excess > 0:
-            creating = sorted((v for v in live if not v.ready), key=_vid, reverse=True)
-            serving = sorted((v for v in live if v.ready), key=lambda v: (v.load, -v.vid))
+            creating = sorted((v for v in mine if not v.ready), key=_vid, reverse=True)
+            serving = sorted((v for v in mine if v.ready), key=lambda v: (v.load, -v.vid))
             for v in (creating + serving)[:excess]:
                 retire(v, t)
+
+    def overflow_of(ti: int) -> frozenset[int]:
+        """The classes type ``ti`` serves (``standin.serves``)."""
+        return standin.serves[ti] if standin is not None else frozenset()
 
     def group_of(eg: EpochGroup) -> _Group:
         """The replay's group of the plan's ``eg``, made the first time an epoch lists it."""
@@ -719,7 +771,7 @@ def run(
         shrinking, the classes served) until the boundary."""
         for eg in schedule[e]:
             g = group_of(eg)
-            if eg.n_vpods > len(g.live):
+            if eg.n_vpods > len(own(g)):
                 resize(g, eg.n_vpods, t, False, ready_at=e * epoch_s)
 
     def epoch(e: int, t: float) -> None:
@@ -727,20 +779,33 @@ def run(
         wanted = {eg.key for eg in target}
         for key in sorted(groups):
             if key not in wanted:
-                resize(groups[key], 0, t, False)
-                groups[key].buckets = ()
+                g = groups[key]
+                resize(g, 0, t, False)
+                for v in list(g.live):  # its stand-ins
+                    retire(v, t)
+                g.buckets = ()
         ready_now = create_delay_s <= 0.0 or (e == 0 and warm_start)
         for eg in target:
             g = group_of(eg)
             g.buckets = eg.buckets
             g.planned = eg.n_vpods
+            g.rates = eg.rates
             g.rate = math.fsum(eg.rates) if eg.rates and all(r >= 0.0 for r in eg.rates) else math.inf
-            g.granted = 0
+            g.alts = None
+            # a stand-in serving still stays while it serves the group's classes and the fleet has
+            # room for it in this epoch (the room is the group's, as the guard's); else it drains
+            g.granted = {}
             g.mine = []
+            for v in [v for v in g.live if v.ti != g.type_index]:
+                if set(eg.buckets) <= overflow_of(v.ti) and surge is not None and surge(e, v.ti):
+                    g.granted[v.ti] = g.granted.get(v.ti, 0) + 1
+                    g.mine.append(v)
+                else:
+                    retire(v, t)
             resize(g, eg.n_vpods, t, ready_now)
-        for g in groups.values():  # a surge vPod a boundary keeps is one of the plan's from now on
+        for g in groups.values():  # a surge vPod of its own type a boundary keeps is one of the plan's from now on
             for v in g.live:
-                if v.surge and math.isnan(v.surge_to):
+                if v.surge and math.isnan(v.surge_to) and v.ti == g.type_index:
                     v.surge_to = t
         route.clear()
         droute.clear()
@@ -874,7 +939,7 @@ def run(
         finish_s=np.asarray(finish, dtype=np.float64),
         vpod=np.asarray(where, dtype=np.int64),
         vpod_group=[v.group.key for v in vpods],
-        vpod_type_index=np.asarray([v.group.type_index for v in vpods], dtype=np.int64),
+        vpod_type_index=np.asarray([v.ti for v in vpods], dtype=np.int64),
         held_from_s=np.asarray([v.held_from for v in vpods], dtype=np.float64),
         held_to_s=np.asarray([v.held_to for v in vpods], dtype=np.float64),
         busy_s=np.asarray([v.busy_s for v in vpods], dtype=np.float64),

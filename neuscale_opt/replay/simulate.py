@@ -47,8 +47,8 @@ from neuscale_opt.errors import InputError
 from neuscale_opt.instance import Horizon, Instance
 from neuscale_opt.replay.engine import EngineResult, EpochGroup, run
 from neuscale_opt.replay.plan import Plan, VpodType, arrival_epochs, instance_bucket_names, load_plan
-from neuscale_opt.replay.surge import SurgeRoom
-from neuscale_opt.replay.tables import StepTable, build_table
+from neuscale_opt.replay.surge import StandIns, StandInTypes, SurgeRoom
+from neuscale_opt.replay.tables import StepTable
 from neuscale_opt.traces.demand import prewarm_lead_s
 
 SECONDS_PER_HOUR = 3600.0
@@ -109,7 +109,13 @@ class ReplayOptions:
     rate asks for at the plan's rate per vPod (``surge_to_rate``, default True; False: one), ready
     ``create_delay_s`` later, none while one is being created, at most ``surge_growth`` times the
     group's planned vPods (NeuScale's growth bound), only where the fleet still has room
-    (:mod:`neuscale_opt.replay.surge`). ``surge_retire`` (default True): a guard vPod ready for
+    (:mod:`neuscale_opt.replay.surge`). ``standins`` (default True): where the fleet has no room
+    for a colocated group's own type, the guard's vPod is of the first stand-in type with room: a
+    configuration of another generation or slice that serves all the group's classes within their
+    SLO, as strong as the group's own on its mix and fewest chips per req/s first
+    (:class:`~neuscale_opt.replay.surge.StandIns`); it stays across a boundary while the group
+    serves the same classes and the fleet has room for it, and counts beyond the plan all its life;
+    False: the group's own type only. ``surge_retire`` (default True): a guard vPod ready for
     ``surge_window_s`` is drained once the surge is over (no late request and no prompt waiting in
     its group, and no more than the plan's rate for the group arrived in the window); False holds
     it to the next boundary, which takes every group back to the plan. Its vPods are held, paid and
@@ -130,6 +136,7 @@ class ReplayOptions:
     surge_alpha: float = 0.01
     surge_retire: bool = True
     surge_to_rate: bool = True
+    standins: bool = True
 
     def __post_init__(self) -> None:
         if not (self.create_delay_s >= 0 and math.isfinite(self.create_delay_s)):
@@ -381,7 +388,14 @@ def replay(
     s_out = tr["output_tokens"].to_numpy(np.int64)
     bcode = request_buckets(tr, instance)
     max_in = int(s_in.max()) if len(s_in) else 0
-    tables = [build_table(instance, vt, max_in) for vt in plan.types]
+    serves = overflow_classes(plan.types, coeffs, codes)
+    standins = None
+    if opts.surge and opts.standins:
+        standins = StandIns(
+            coeffs.configs, coeffs.buckets, coeffs.util_cap, instance.slo.attainment, sorted(instance.healthy_chips())
+        )
+    kinds = StandInTypes(instance, plan.types, serves, standins, names, max_in)
+    tables = kinds.tables
     if opts.admission == "plan":
         keep = admitted_mask(arrival, bcode, names, admission_share(plan), instance.epochs.length_s)
     else:
@@ -401,17 +415,18 @@ def replay(
         on_epoch=progress,
         lead_s=prewarm_lead_s(opts.create_delay_s, _prewarm(opts, instance), instance.epochs.length_s),
         routing=opts.routing,
-        overflow=overflow_classes(plan.types, coeffs, codes) if opts.overflow else None,
+        overflow=kinds.serves if opts.overflow else None,
         ttft_target=_targets(coeffs, names, "ttft_slo_s"),
         tpot_target=_targets(coeffs, names, "tpot_slo_s"),
         e2e_target=_targets(coeffs, names, "e2e_slo_s"),
-        surge=SurgeRoom(instance, plan.types, schedule) if opts.surge else None,
+        surge=SurgeRoom(instance, kinds.types, schedule) if opts.surge else None,
         surge_growth=opts.surge_growth,
         surge_window_s=opts.surge_window_s,
         surge_tolerance=1.0 - instance.slo.attainment,
         surge_alpha=opts.surge_alpha,
         surge_retire=opts.surge_retire,
         surge_to_rate=opts.surge_to_rate,
+        standin=kinds if standins is not None else None,
     )
     if not keep.all():
         res = _expand(res, keep)
@@ -498,7 +513,7 @@ def _account(
     s_in = tr["input_tokens"].to_numpy(np.int64)
     s_out = tr["output_tokens"].to_numpy(np.int64)
     served = (res.vpod >= 0) & ~np.isnan(res.finish_s)  # disaggregated: prefilled and decoded
-    disagg = any(t.vtype.phase != "colocated" for t in tables)
+    disagg = any(vt.phase != "colocated" for vt in plan.types)
     ttft = res.first_token_s - arrival
     e2e = res.finish_s - arrival
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -737,6 +752,7 @@ def _account(
             "surge_alpha": opts.surge_alpha,
             "surge_retire": opts.surge_retire,
             "surge_to_rate": opts.surge_to_rate,
+            "standins": opts.standins,
         },
         "units": {
             "energy_j": "J at the facility (PUE applied)",

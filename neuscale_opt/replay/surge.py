@@ -17,11 +17,17 @@ takes no chip an event has failed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+import numpy as np
+import pandas as pd
+
+from neuscale_opt.coefficients import serving_rows
 from neuscale_opt.instance import Instance, inventory_schedule
 from neuscale_opt.replay.engine import EpochGroup
 from neuscale_opt.replay.plan import VpodType
+from neuscale_opt.replay.tables import StepTable, build_table
 from neuscale_opt.topology.greedy import FirstFitPlacer, first_fit
 from neuscale_opt.topology.pods import pod_states
 from neuscale_opt.topology.slices import shape_str
@@ -32,7 +38,7 @@ class SurgeRoom:
     ``type_index`` fits the fleet during epoch ``e``; what was taken stays taken until the epoch ends."""
 
     def __init__(self, instance: Instance, types: Sequence[VpodType], schedule: Sequence[Sequence[EpochGroup]]):
-        self._types = tuple(types)
+        self._types = types  # a stand-in registry may append types while the replay runs
         self._schedule = schedule
         self._groups = pod_states(instance) if instance.planning.placement != "none" else []
         self._placeable = {g.state.chip for g in self._groups}
@@ -82,3 +88,131 @@ class SurgeRoom:
             return False
         self._free[vt.chip] -= vt.chips
         return True
+
+
+class StandIns:
+    """The vPod types that may stand in for a group's own when the guard finds no room for another
+    vPod of the group's type: colocated configurations of the candidate table (its feasible rows,
+    :func:`~neuscale_opt.coefficients.serving_rows`) on a generation of the fleet that serve every
+    class of the group within its SLO and memory. The replay's guard and the evaluator's estimate
+    of it (``formulations/horizon.md``, "The guard, as run", G3) read this one rule.
+
+    Ranking (:meth:`order`): a type's capacity on the group's mix is ``1 / sum_b w_b / c_b`` with
+    ``w_b`` the group's planned rate shares (equal where none is given) and ``c_b`` the type's
+    req/s per vPod at the safe load (``alloc.attainment.capacity_share`` times ``max_rate_rps``).
+    Types at least as strong as the group's own come first, the fewest chips first, then the
+    strongest (the guard adds one vPod at a time, each to stand for one of the group's own, so the
+    smallest that does holds the fewest chips beyond the plan); then the weaker ones, strongest
+    first; remaining ties by the type key."""
+
+    def __init__(self, configs: pd.DataFrame, buckets: pd.DataFrame, util_cap: float | None, attainment: float,
+                 chips: Sequence[str]) -> None:  # fmt: skip
+        from neuscale_opt.alloc.attainment import capacity_share
+
+        ok = serving_rows(configs)
+        keep = (ok["phase"].astype(str) == "colocated").to_numpy() & ok["chip"].astype(str).isin(set(chips)).to_numpy()
+        ok = ok[keep]
+        cap = capacity_share(ok, buckets, util_cap, attainment) * ok["max_rate_rps"].to_numpy(np.float64)
+        self.cap: dict[str, dict[str, float]] = {}  # type key -> class -> req/s per vPod at the safe load
+        self.chips: dict[str, int] = {}
+        self.row: dict[str, pd.Series] = {}  # type key -> one of its rows (chip, shape, parallelism, prices)
+        for i, (key, b, c, w) in enumerate(
+            zip(ok["vpod_type"].astype(str), ok["bucket"].astype(str), cap, ok["chips_per_vpod"], strict=True)
+        ):
+            if c > 0 and math.isfinite(c):
+                if key not in self.row:
+                    self.row[key] = ok.iloc[i]
+                    self.chips[key] = int(w)
+                self.cap.setdefault(key, {})[b] = float(c)
+        self._cache: dict[tuple, tuple[str, ...]] = {}
+
+    def mix_capacity(self, key: str, classes: Sequence[str], weights: Sequence[float]) -> float:
+        """req/s per vPod of ``key`` on the mix (0 when it does not serve every class)."""
+        caps = self.cap.get(key)
+        if caps is None or any(b not in caps for b in classes):
+            return 0.0
+        w = [x if x == x and x > 0 else 0.0 for x in weights] if len(weights) == len(classes) else []
+        total = math.fsum(w) if w else 0.0
+        if total <= 0:
+            w, total = [1.0] * len(classes), float(len(classes))
+        return total / math.fsum(x / caps[b] for x, b in zip(w, classes, strict=True))
+
+    def order(self, own: str, classes: Sequence[str], weights: Sequence[float]) -> tuple[str, ...]:
+        """The stand-in type keys for a group of type ``own`` serving ``classes`` at planned rates
+        ``weights``, best first (see the class)."""
+        if len(weights) != len(classes):
+            weights = [math.nan] * len(classes)
+        pairs = sorted(zip(classes, weights, strict=True))  # the same ranking whatever the classes' order
+        classes, weights = [b for b, _ in pairs], [w for _, w in pairs]
+        key = (own, tuple(classes), tuple(weights))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        mine = self.mix_capacity(own, classes, weights)
+        strong, weak = [], []
+        for k in self.cap:
+            if k == own:
+                continue
+            c = self.mix_capacity(k, classes, weights)
+            if c <= 0:
+                continue
+            if c >= mine * (1 - 1e-9):
+                strong.append((self.chips[k], -c, k))
+            else:
+                weak.append((-c, k))
+        out = tuple(k for *_, k in sorted(strong)) + tuple(k for _, k in sorted(weak))
+        self._cache[key] = out
+        return out
+
+    def vpod_type(self, key: str) -> VpodType:
+        """The :class:`VpodType` of type ``key``."""
+        r = self.row[key]
+        shape = tuple(int(x) for x in str(r["shape"]).split("x"))
+        vt = VpodType(str(r["chip"]), shape, int(r["tp"]), int(r["pp"]), int(r["ep"]), int(r["batch"]),
+                      str(r["phase"]), ":dpa:" in key)  # fmt: skip
+        if vt.key != key:  # the key format is candidates.evaluate_grid's; a mismatch is a bug
+            raise ValueError(f"stand-in type {key!r} reads back as {vt.key!r}")
+        return vt
+
+
+class StandInTypes:
+    """The replay's vPod types: the plan's (``types[:n_plan]``), then the stand-ins the guard asked
+    for (:class:`StandIns`), registered as they are first ranked; step tables are built when a vPod
+    of a type is first made. ``serves[i]``: the codes of the classes type ``i`` serves (the overflow
+    router's hosts and the stand-ins' classes)."""
+
+    def __init__(self, instance: Instance, types: Sequence[VpodType], serves: Sequence[frozenset[int]],
+                 standins: StandIns | None, names: Sequence[str], max_input: int) -> None:  # fmt: skip
+        self.types: list[VpodType] = list(types)
+        self.tables: list[StepTable | None] = [build_table(instance, vt, max_input) for vt in types]
+        self.serves: list[frozenset[int]] = list(serves)
+        self.n_plan = len(self.types)
+        self._instance = instance
+        self._max_input = max_input
+        self._standins = standins
+        self._names = list(names)
+        self._codes = {b: i for i, b in enumerate(self._names)}
+        self._index = {vt.key: i for i, vt in enumerate(self.types)}
+
+    def _register(self, key: str) -> int:
+        i = self._index.get(key)
+        if i is None:
+            i = self._index[key] = len(self.types)
+            self.types.append(self._standins.vpod_type(key))
+            self.tables.append(None)
+            self.serves.append(frozenset(self._codes[b] for b in self._standins.cap[key] if b in self._codes))
+        return i
+
+    def order(self, type_index: int, buckets: Sequence[int], rates: Sequence[float]) -> list[int]:
+        """The stand-in types (indices) for a group of type ``type_index`` serving class codes
+        ``buckets`` at planned rates ``rates``, best first; none without a stand-in table."""
+        if self._standins is None:
+            return []
+        keys = self._standins.order(self.types[type_index].key, [self._names[b] for b in buckets], list(rates))
+        return [self._register(k) for k in keys]
+
+    def table(self, type_index: int) -> StepTable:
+        tab = self.tables[type_index]
+        if tab is None:
+            tab = self.tables[type_index] = build_table(self._instance, self.types[type_index], self._max_input)
+        return tab

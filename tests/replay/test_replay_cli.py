@@ -157,12 +157,17 @@ def test_routing_flag_reaches_the_replay(run_cli, plan_file):
 def test_no_surge_flag_reaches_the_replay(run_cli, plan_file):
     plan = json.loads(open(plan_file, encoding="utf-8").read())
     inst = load_instance(DEFAULT_INSTANCE)
-    for flags, surge in (((), True), (("--no-surge",), False)):
+    for flags, surge, standins in (
+        ((), True, True),
+        (("--no-surge",), False, True),
+        (("--no-stand-ins",), True, False),
+    ):
         code, out, err = run_cli("replay", plan_file, "--instance", str(DEFAULT_INSTANCE), *flags, "--json", "-")
         assert code == 0, err
         data = json.loads(out)
         assert data["meta"]["options"]["surge"] is surge
-        lib = replay(plan, inst, options=ReplayOptions(surge=surge)).totals
+        assert data["meta"]["options"]["standins"] is standins
+        lib = replay(plan, inst, options=ReplayOptions(surge=surge, standins=standins)).totals
         assert data["chip_hours"] == pytest.approx(lib["chip_hours"], rel=1e-12)
         assert data["surge_vpods"] == lib["surge_vpods"]
 

@@ -32,19 +32,22 @@ def _lone_prefill() -> float:
 P = _lone_prefill()
 
 
-def _inst(epochs: int = 1, v6e_chips: int = 8, attainment: float = 0.99):
+def _inst(epochs: int = 1, v6e_chips: int = 8, attainment: float = 0.99, v5e_chips: int = 16):
     return tiny_instance(
         {"a": 1.0, "b": 1.0},
         epochs=epochs,
         v6e_chips=v6e_chips,
+        v5e_chips=v5e_chips,
         slo={"mode": "absolute", "ttft_s": 1.5 * P, "tpot_s": 1.0, "attainment": attainment},
     )
 
 
-def _run(arrivals, epochs: int = 1, v6e_chips: int = 8, n: int = 1, attainment: float = 0.99, **opts):
-    plan = plan_of([row(e, "a", n, vpod_group="ga") for e in range(epochs)])
+def _run(arrivals, epochs: int = 1, v6e_chips: int = 8, n: int = 1, attainment: float = 0.99, v5e_chips: int = 16,
+         groups: list[str] | None = None, **opts):  # fmt: skip
+    groups = groups or ["ga"] * epochs
+    plan = plan_of([row(e, "a", n, vpod_group=groups[e]) for e in range(epochs)])
     trace = trace_of([(t, 2048, 4, "a") for t in arrivals])
-    inst = _inst(epochs, v6e_chips, attainment)
+    inst = _inst(epochs, v6e_chips, attainment, v5e_chips)
     return replay(plan, inst, trace, ReplayOptions(create_delay_s=5.0, prewarm=False, **opts))
 
 
@@ -143,8 +146,53 @@ def test_late_arrivals_within_the_attainment_target_are_tolerated():
 
 
 def test_no_room_in_the_fleet_no_vpod():
-    res = _run(at(0.0), v6e_chips=1)  # the plan's vPod holds the only v6e chip
-    assert res.totals["surge_vpods"] == 0
+    # the plan's vPod holds the only v6e chip, and Llama-3-8B needs 4 v5e chips (16 GB each)
+    assert _run(at(0.0), v6e_chips=1, v5e_chips=2).totals["surge_vpods"] == 0
+    # with 16 v5e chips a stand-in would take it (below); without stand-ins none
+    assert _run(at(0.0), v6e_chips=1, standins=False).totals["surge_vpods"] == 0
+
+
+def _smallest_v5e_type_for_a() -> int:
+    """Fewest chips of a v5e configuration that serves class ``a`` (brute force over the table)."""
+    from neuscale_opt.candidates import build_coefficients
+    from neuscale_opt.coefficients import serving_rows
+
+    ok = serving_rows(build_coefficients(_inst(1, 1)).configs)
+    ok = ok[(ok["chip"] == "tpu-v5e") & (ok["bucket"] == "a") & (ok["phase"] == "colocated")]
+    return int(ok["chips_per_vpod"].min())
+
+
+def test_a_stand_in_of_another_generation_where_its_own_has_no_room():
+    # the only v6e chip is the plan's: the guard's vPod is a v5e configuration serving class a, the
+    # smallest one (every 4-chip v5e one is stronger than the plan's 1-chip b2 vPod); the triple
+    # at 6 s is served there
+    res = _run([*at(0.0), 6.0, 6.0, 6.0], v6e_chips=1)
+    sv = _surge_rows(res)
+    assert len(sv) == 1 and res.totals["surge_vpods"] == 1
+    assert sv["chip"].iloc[0] == "tpu-v5e"
+    assert sv["chips"].iloc[0] == _smallest_v5e_type_for_a() == 4
+    assert sv["vpod_group"].iloc[0] == "ga"
+    vid = int(sv["vpod"].iloc[0])
+    assert (res.requests["vpod"] == vid).sum() >= 1
+    assert res.requests.loc[res.requests["vpod"] == vid, "slo_met"].any()
+    # held from its creation to the end of the epoch, all of it beyond the plan
+    assert sv["held_to_s"].iloc[0] == LEN
+    assert res.totals["surge_chip_hours"] == pytest.approx(4 * (LEN - sv["held_from_s"].iloc[0]) / 3600.0)
+    # counted in the energy and money like any other vPod
+    assert res.totals["cost_usd"] == pytest.approx(res.vpods["cost_usd"].sum())
+
+
+def test_a_stand_in_stays_while_its_group_serves_and_drains_when_it_goes():
+    # the same group in the next epoch: the stand-in stays (the fleet has room for it), beyond the
+    # plan all its life; a plan that moves the class to another group drains it at the boundary
+    kw = {"epochs": 2, "v6e_chips": 1, "surge_retire": False}
+    res = _run([*at(0.0), 6.0, 6.0, 6.0], **kw)
+    sv = _surge_rows(res)
+    assert sv["held_to_s"].iloc[0] == 2 * LEN
+    assert sv["surge_held_s"].iloc[0] == pytest.approx(2 * LEN - sv["held_from_s"].iloc[0])
+    res = _run([*at(0.0), 6.0, 6.0, 6.0], groups=["ga", "gb"], **kw)
+    sv = _surge_rows(res)
+    assert sv["held_to_s"].iloc[0] == LEN
 
 
 def test_one_vpod_being_created_at_a_time():
@@ -332,8 +380,11 @@ def test_the_guard_adds_what_the_arrival_rate_asks_for():
     res = _run(arrivals, n=2)
     assert res.totals["surge_vpods"] == 2 and (_surge_rows(res)["held_from_s"] == 61.0).all()
     assert _run(arrivals, n=2, surge_to_rate=False).totals["surge_vpods"] == 1
-    # the fleet's room caps it too: 8 chips, 2 planned, 5 asked, 6 free -> 5; 5 chips -> 3
-    assert _run(arrivals, n=2, surge_growth=5.0, v6e_chips=5).totals["surge_vpods"] == 3
+    # the fleet's room caps it too: 8 chips, 2 planned, 5 asked, 6 free -> 5; 5 chips -> 3 of the
+    # group's type, and the other 2 on v5e stand-ins (16 chips, 4 each) unless they are off
+    assert _run(arrivals, n=2, surge_growth=5.0, v6e_chips=5, standins=False).totals["surge_vpods"] == 3
+    sv = _surge_rows(_run(arrivals, n=2, surge_growth=5.0, v6e_chips=5))
+    assert sorted(sv["chip"]) == ["tpu-v5e"] * 2 + ["tpu-v6e"] * 3
 
 
 def _tpot_run(tpot_s: float, k: int = 8, **opts):
