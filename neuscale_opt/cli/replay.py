@@ -2,7 +2,7 @@
 
 ``neuscale-opt replay PLAN.json [--instance INSTANCE [--force]] [--trace TRACE] [--json PATH|-]
 [--requests PATH|-] [--create-delay S] [--no-prewarm] [--cold-start] [--idle-fleet-power] [--admission all|plan]
-[--routing plan|load] [--no-overflow] [--no-surge] [--no-stand-ins]``
+[--routing plan|load] [--no-overflow] [--no-surge] [--stand-ins plan|fleet|off]``
 
 PLAN.json is a plan in the allocation planner's JSON contract; INSTANCE the instance it was made
 for (default: the instance the plan's provenance records, else the embedded default; an instance
@@ -20,9 +20,10 @@ serve after its TTFT target goes to another class's vPod whose configuration ser
 that one gives its first token in time). ``--no-surge`` turns off the surge guard (by default a
 group whose requests come late beyond what the SLO-attainment target explains gets the vPods its
 arrival rate asks for where the fleet has a free slice, up to twice its planned vPods, drained once
-the surge is over or at the next epoch boundary; README section 2). ``--no-stand-ins`` keeps the
-guard to each group's own vPod type (by default, where its generation has no room, the guard's
-vPod is of another configuration with room that serves all the group's classes).
+the surge is over or at the next epoch boundary; README section 2). ``--stand-ins`` says where the guard
+may grow a group whose generation has no room, with another configuration that serves all its
+classes: on the generations the plan deploys (``plan``, default), on any of the fleet's
+(``fleet``), or nowhere (``off``: its own vPod type only).
 """
 
 from __future__ import annotations
@@ -112,10 +113,11 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
         "next epoch boundary)",
     )
     p.add_argument(
-        "--no-stand-ins",
-        action="store_true",
-        help="the surge guard grows a group with its own vPod type only (default: where its generation has no "
-        "room, with another configuration that serves all the group's classes)",
+        "--stand-ins",
+        choices=("plan", "fleet", "off"),
+        default="plan",
+        help="where the surge guard may grow a group whose generation has no room, with another configuration "
+        "that serves all its classes: the plan's generations (default), the fleet's, or nowhere",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_replay)
@@ -156,7 +158,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "routing": args.routing,
         "overflow": not args.no_overflow,
         "surge": not args.no_surge,
-        "standins": not args.no_stand_ins,
+        "standins": args.stand_ins,
         "prewarm": False if args.no_prewarm else None,
     }
     if args.create_delay is not None:

@@ -332,7 +332,7 @@ def guard_as_run(
         coeffs.buckets,
         solution.options.util_cap if solution.options.util_cap is not None else coeffs.util_cap,
         float(solution.options.attainment),
-        sorted({c for c, _ in inventory}),
+        sorted(set(alloc["chip"].astype(str))),  # the replay's default: generations the plan deploys
     )
     extra = np.zeros(len(groups))
     extra_busy = np.zeros(len(groups))  # stand-ins per group (their weight streaming is the group's, G4)

@@ -57,6 +57,9 @@ DEFAULT_CREATE_DELAY_S = 30.0
 ADMISSIONS: tuple[str, ...] = ("all", "plan")
 #: How a class served by several groups is split over them (ReplayOptions.routing).
 ROUTINGS: tuple[str, ...] = ("plan", "load")
+#: Where the surge guard may take a stand-in vPod (ReplayOptions.standins): the generations the plan
+#: deploys, any generation of the fleet, or nowhere (its own type only).
+STANDINS: tuple[str, ...] = ("plan", "fleet", "off")
 #: slack of the admission counts floor(k s): a share that is a ratio of small integers admits exactly
 _ADMIT_EPS = 1e-9
 
@@ -109,13 +112,15 @@ class ReplayOptions:
     rate asks for at the plan's rate per vPod (``surge_to_rate``, default True; False: one), ready
     ``create_delay_s`` later, none while one is being created, at most ``surge_growth`` times the
     group's planned vPods (NeuScale's growth bound), only where the fleet still has room
-    (:mod:`neuscale_opt.replay.surge`). ``standins`` (default True): where the fleet has no room
-    for a colocated group's own type, the guard's vPod is of the first stand-in type with room: a
-    configuration of another generation or slice that serves all the group's classes within their
-    SLO, as strong as the group's own on its mix and fewest chips per req/s first
+    (:mod:`neuscale_opt.replay.surge`). ``standins`` (default ``"plan"``): where the fleet has no
+    room for a colocated group's own type, the guard's vPod is of the first stand-in type with room:
+    a configuration of another slice, on a generation the plan deploys (``"fleet"``: any of the
+    fleet's; ``"off"``: none, the group's own type only), that serves all the group's classes
+    within their SLO, as strong as the group's own on its mix fewest chips first
     (:class:`~neuscale_opt.replay.surge.StandIns`); it stays across a boundary while the group
-    serves the same classes and the fleet has room for it, and counts beyond the plan all its life;
-    False: the group's own type only. ``surge_retire`` (default True): a guard vPod ready for
+    serves the same classes and the fleet has room for it, and counts beyond the plan all its life.
+    A plan on one generation (a homogeneous auto-scaler's) stays on it under the default.
+    ``surge_retire`` (default True): a guard vPod ready for
     ``surge_window_s`` is drained once the surge is over (no late request and no prompt waiting in
     its group, and no more than the plan's rate for the group arrived in the window); False holds
     it to the next boundary, which takes every group back to the plan. Its vPods are held, paid and
@@ -136,7 +141,7 @@ class ReplayOptions:
     surge_alpha: float = 0.01
     surge_retire: bool = True
     surge_to_rate: bool = True
-    standins: bool = True
+    standins: str = "plan"
 
     def __post_init__(self) -> None:
         if not (self.create_delay_s >= 0 and math.isfinite(self.create_delay_s)):
@@ -145,6 +150,8 @@ class ReplayOptions:
             raise InputError(
                 f"admission must be one of {', '.join(ADMISSIONS)}, got {self.admission!r}", where="replay"
             )
+        if self.standins not in STANDINS:
+            raise InputError(f"standins must be one of {', '.join(STANDINS)}, got {self.standins!r}", where="replay")
         if self.routing not in ROUTINGS:
             raise InputError(f"routing must be one of {', '.join(ROUTINGS)}, got {self.routing!r}", where="replay")
         if not (self.surge_growth >= 1 and math.isfinite(self.surge_growth)):
@@ -390,10 +397,9 @@ def replay(
     max_in = int(s_in.max()) if len(s_in) else 0
     serves = overflow_classes(plan.types, coeffs, codes)
     standins = None
-    if opts.surge and opts.standins:
-        standins = StandIns(
-            coeffs.configs, coeffs.buckets, coeffs.util_cap, instance.slo.attainment, sorted(instance.healthy_chips())
-        )
+    if opts.surge and opts.standins != "off":
+        chips = {vt.chip for vt in plan.types} if opts.standins == "plan" else set(instance.healthy_chips())
+        standins = StandIns(coeffs.configs, coeffs.buckets, coeffs.util_cap, instance.slo.attainment, sorted(chips))
     kinds = StandInTypes(instance, plan.types, serves, standins, names, max_in)
     tables = kinds.tables
     if opts.admission == "plan":

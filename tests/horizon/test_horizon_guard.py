@@ -187,23 +187,26 @@ def test_each_half_of_disaggregated_serving_is_guarded_on_its_own():
     assert ev.totals["guard_vpods"] == 2.0
 
 
-def stand_in(came: list[float], y_rate: float = 10.0, y_chips: int = 2, y_inventory: float = 8):
+def stand_in(came: list[float], y_rate: float = 10.0, y_chips: int = 2, y_inventory: float = 8, b_rate: float = 5.0):
     """Class ``A`` planned on chip ``x`` (1 chip, the only one), with a stand-in type on chip ``y``
     (``y_chips`` chips, 300 W, 5 USD per hour, serves ``A`` at ``y_rate`` req/s, dearer, so the
-    plan keeps ``A`` on ``x``): sized for 10 req/s in each epoch, ``came`` came."""
+    plan keeps ``A`` on ``x``), where the plan holds one vPod for class ``B`` at ``b_rate`` req/s
+    (none at 0: then the plan deploys no ``y``): sized for 10 req/s of ``A`` in each epoch, ``came``
+    came."""
     rows = [
         vpod("x", "A", rate=10, static_w=100, price=2.0),
         vpod("y", "A", rate=y_rate, static_w=300, price=5.0, chips=y_chips),
+        vpod("y", "B", rate=10, static_w=300, price=5.0, chips=y_chips),
     ]
     inv = {"x": 1, "y": y_inventory}
 
     def coeffs(rates):
-        return make_coefficients(rows, {(t, "A"): r for t, r in enumerate(rates)}, inventory=inv, epoch_s=300.0,
-                                 util_cap=1.0)  # fmt: skip
+        dem = {(t, "A"): r for t, r in enumerate(rates)} | {(t, "B"): b_rate for t in range(len(rates))}
+        return make_coefficients(rows, dem, inventory=inv, epoch_s=300.0, util_cap=1.0)
 
     sized = coeffs([10.0] * len(came))
     sol = plan_full(sized, OPTS, PARAMS)
-    assert set(sol.allocations["chip"]) == {"x"}
+    assert set(sol.allocations[sol.allocations["bucket"] == "A"]["chip"]) == {"x"}
     return evaluate_schedule(sol, coeffs(came), PARAMS, demand=sized.demand)
 
 
@@ -217,6 +220,8 @@ def test_where_its_generation_is_full_a_stand_in_of_another_takes_the_guards_vpo
     assert ev.totals["guard_chip_hours"] == pytest.approx(2 * HOLD_S / 3600.0)
     assert ev.totals["guard_static_j"] == pytest.approx(300.0 * HOLD_S)
     assert ev.totals["guard_cost_usd"] == pytest.approx(5.0 * HOLD_S / 3600.0)
-    # a weaker stand-in is still taken when it is all there is; none when y has no room either
+    # a weaker stand-in is still taken when it is all there is; none when y has no room either (the
+    # plan's B vPod holds 2 of 3 chips), or when the plan deploys no y (the replay's default)
     assert stand_in([10.0, 25.0], y_rate=4.0).totals["guard_vpods"] == 1.0
-    assert stand_in([10.0, 25.0], y_inventory=1).totals["guard_vpods"] == 0.0
+    assert stand_in([10.0, 25.0], y_inventory=3).totals["guard_vpods"] == 0.0
+    assert stand_in([10.0, 25.0], b_rate=0.0).totals["guard_vpods"] == 0.0

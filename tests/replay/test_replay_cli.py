@@ -157,16 +157,13 @@ def test_routing_flag_reaches_the_replay(run_cli, plan_file):
 def test_no_surge_flag_reaches_the_replay(run_cli, plan_file):
     plan = json.loads(open(plan_file, encoding="utf-8").read())
     inst = load_instance(DEFAULT_INSTANCE)
-    for flags, surge, standins in (
-        ((), True, True),
-        (("--no-surge",), False, True),
-        (("--no-stand-ins",), True, False),
-    ):
+    cases = (((), True, "plan"), (("--no-surge",), False, "plan"), (("--stand-ins", "fleet"), True, "fleet"))
+    for flags, surge, standins in cases:
         code, out, err = run_cli("replay", plan_file, "--instance", str(DEFAULT_INSTANCE), *flags, "--json", "-")
         assert code == 0, err
         data = json.loads(out)
         assert data["meta"]["options"]["surge"] is surge
-        assert data["meta"]["options"]["standins"] is standins
+        assert data["meta"]["options"]["standins"] == standins
         lib = replay(plan, inst, options=ReplayOptions(surge=surge, standins=standins)).totals
         assert data["chip_hours"] == pytest.approx(lib["chip_hours"], rel=1e-12)
         assert data["surge_vpods"] == lib["surge_vpods"]
@@ -178,9 +175,10 @@ def test_cli_choices_are_the_replays_own_lists():
     import argparse
 
     from neuscale_opt.cli import build_parser
-    from neuscale_opt.replay.simulate import ADMISSIONS, ROUTINGS
+    from neuscale_opt.replay.simulate import ADMISSIONS, ROUTINGS, STANDINS
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     replay_parser = sub.choices["replay"]
     opts = {a.dest: a.choices for a in replay_parser._actions if a.choices}
     assert tuple(opts["routing"]) == ROUTINGS and tuple(opts["admission"]) == ADMISSIONS
+    assert tuple(opts["stand_ins"]) == STANDINS

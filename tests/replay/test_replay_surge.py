@@ -148,8 +148,23 @@ def test_late_arrivals_within_the_attainment_target_are_tolerated():
 def test_no_room_in_the_fleet_no_vpod():
     # the plan's vPod holds the only v6e chip, and Llama-3-8B needs 4 v5e chips (16 GB each)
     assert _run(at(0.0), v6e_chips=1, v5e_chips=2).totals["surge_vpods"] == 0
-    # with 16 v5e chips a stand-in would take it (below); without stand-ins none
-    assert _run(at(0.0), v6e_chips=1, standins=False).totals["surge_vpods"] == 0
+    # with 16 v5e chips a stand-in would take it (below), but by default only on a generation the
+    # plan deploys (this one is v6e alone, as a homogeneous auto-scaler's); without stand-ins none
+    assert _run(at(0.0), v6e_chips=1).totals["surge_vpods"] == 0
+    assert _run(at(0.0), v6e_chips=1, standins="off").totals["surge_vpods"] == 0
+    assert _run(at(0.0), v6e_chips=1, standins="fleet").totals["surge_vpods"] == 1
+    with pytest.raises(InputError, match="standins"):
+        ReplayOptions(standins="anywhere")
+
+
+def test_by_default_a_stand_in_is_on_a_generation_the_plan_deploys():
+    # class b on a v5e group of the plan: the v6e group's guard vPod stands in on v5e
+    v5e = {"chip": "tpu-v5e", "shape": "2x2", "chips_per_vpod": 4, "tp": 4, "batch": 128}
+    plan = plan_of([row(0, "a", 1, vpod_group="ga"), row(0, "b", 1, vpod_group="gb", **v5e)])
+    trace = trace_of([(t, 2048, 4, "a") for t in [*at(0.0), 6.0, 6.0, 6.0]])
+    res = replay(plan, _inst(1, 1), trace, ReplayOptions(create_delay_s=5.0, prewarm=False))
+    sv = _surge_rows(res)
+    assert len(sv) == 1 and sv["chip"].iloc[0] == "tpu-v5e" and sv["vpod_group"].iloc[0] == "ga"
 
 
 def _smallest_v5e_type_for_a() -> int:
@@ -166,7 +181,7 @@ def test_a_stand_in_of_another_generation_where_its_own_has_no_room():
     # the only v6e chip is the plan's: the guard's vPod is a v5e configuration serving class a, the
     # smallest one (every 4-chip v5e one is stronger than the plan's 1-chip b2 vPod); the triple
     # at 6 s is served there
-    res = _run([*at(0.0), 6.0, 6.0, 6.0], v6e_chips=1)
+    res = _run([*at(0.0), 6.0, 6.0, 6.0], v6e_chips=1, standins="fleet")
     sv = _surge_rows(res)
     assert len(sv) == 1 and res.totals["surge_vpods"] == 1
     assert sv["chip"].iloc[0] == "tpu-v5e"
@@ -185,7 +200,7 @@ def test_a_stand_in_of_another_generation_where_its_own_has_no_room():
 def test_a_stand_in_stays_while_its_group_serves_and_drains_when_it_goes():
     # the same group in the next epoch: the stand-in stays (the fleet has room for it), beyond the
     # plan all its life; a plan that moves the class to another group drains it at the boundary
-    kw = {"epochs": 2, "v6e_chips": 1, "surge_retire": False}
+    kw = {"epochs": 2, "v6e_chips": 1, "surge_retire": False, "standins": "fleet"}
     res = _run([*at(0.0), 6.0, 6.0, 6.0], **kw)
     sv = _surge_rows(res)
     assert sv["held_to_s"].iloc[0] == 2 * LEN
@@ -382,8 +397,8 @@ def test_the_guard_adds_what_the_arrival_rate_asks_for():
     assert _run(arrivals, n=2, surge_to_rate=False).totals["surge_vpods"] == 1
     # the fleet's room caps it too: 8 chips, 2 planned, 5 asked, 6 free -> 5; 5 chips -> 3 of the
     # group's type, and the other 2 on v5e stand-ins (16 chips, 4 each) unless they are off
-    assert _run(arrivals, n=2, surge_growth=5.0, v6e_chips=5, standins=False).totals["surge_vpods"] == 3
-    sv = _surge_rows(_run(arrivals, n=2, surge_growth=5.0, v6e_chips=5))
+    assert _run(arrivals, n=2, surge_growth=5.0, v6e_chips=5, standins="off").totals["surge_vpods"] == 3
+    sv = _surge_rows(_run(arrivals, n=2, surge_growth=5.0, v6e_chips=5, standins="fleet"))
     assert sorted(sv["chip"]) == ["tpu-v5e"] * 2 + ["tpu-v6e"] * 3
 
 
