@@ -555,12 +555,13 @@ def run(
             retire(pick, t)
 
     def may_grow(g: _Group, t: float) -> bool:
-        """The surge guard's conditions short of the fleet's room (see ``surge`` above): no vPod of
-        ``g`` being created, one created now ready before the epoch ends, the growth bound not
-        reached, and the fleet not found full for its type in this epoch (nothing is freed within
-        an epoch)."""
+        """The surge guard's conditions short of the fleet's room (see ``surge`` above): an epoch of
+        the plan running (not the drain after the last boundary), no vPod of ``g`` being created,
+        one created now ready before the epoch ends, the growth bound not reached, and the fleet
+        not found full for its type in this epoch (nothing is freed within an epoch)."""
         return (
-            len(g.live) == len(g.ready)
+            ei <= n_epochs
+            and len(g.live) == len(g.ready)
             and t + create_delay_s < ei * epoch_s
             and len(g.live) < surge_growth * g.planned
             and g.full_in != ei

@@ -402,14 +402,15 @@ def test_the_guard_adds_what_the_arrival_rate_asks_for():
     assert sorted(sv["chip"]) == ["tpu-v5e"] * 2 + ["tpu-v6e"] * 3
 
 
-def _tpot_run(tpot_s: float, k: int = 8, **opts):
-    # k long answers together on one b8 vPod (TTFT target out of reach of any wait): each one's
-    # decode shares its rounds with the others' prefill stalls, so its TPOT is above a lone one's
+def _tpot_run(tpot_s: float, k: int = 8, at_s: float = 0.0, **opts):
+    # k long answers together (at ``at_s``) on one b8 vPod (TTFT target out of reach of any wait):
+    # each one's decode shares its rounds with the others' prefill stalls, so its TPOT is above a
+    # lone one's
     inst = tiny_instance(
         {"a": 1.0}, epochs=1, slo={"mode": "absolute", "ttft_s": 100.0, "tpot_s": tpot_s, "attainment": 0.99}
     )
     plan = plan_of([row(0, "a", 1, batch=8)])
-    trace = trace_of([(0.0, 512, 200, "a")] * k)
+    trace = trace_of([(at_s, 512, 200, "a")] * k)
     return replay(plan, inst, trace, ReplayOptions(create_delay_s=5.0, prewarm=False, **opts))
 
 
@@ -428,6 +429,11 @@ def test_requests_finished_past_their_tpot_count_late_when_the_load_made_them_la
     assert _tpot_run(0.9 * lone).totals["surge_vpods"] == 0
     # a target every request meets: nothing late
     assert _tpot_run(1.1 * float(loaded.max())).totals["surge_vpods"] == 0
+    # the same late finishes after the plan's last epoch (the vPods drain what is left): no growth
+    end = LEN - 0.01
+    res = _tpot_run(target, at_s=end)
+    assert (res.requests["arrival_s"] + res.requests["e2e_s"]).min() > LEN and res.totals["tpot_attainment"] == 0.0
+    assert res.totals["surge_vpods"] == 0
 
 
 def test_a_request_late_for_a_wait_its_arrival_could_not_see_counts_at_its_prefill():
