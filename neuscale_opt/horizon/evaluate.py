@@ -236,7 +236,7 @@ def _guard_vpods(
                 (b, float(r)) for b, g, r in zip(rows["bucket"].astype(str), rows["vpod_group"].astype(str),
                                                  rows["rate_rps"], strict=True) if at[g] == j
             )  # fmt: skip
-            order = standins.order(types[j], [b for b, _ in mine], [r for _, r in mine])
+            order = standins.order(types[j], int(w[j]), [b for b, _ in mine], [r for _, r in mine])
             for key in order:
                 c, ws = str(standins.row[key]["chip"]), standins.chips[key]
                 room = free.get((t, c), 0.0)

@@ -115,7 +115,8 @@ class ReplayOptions:
     (:mod:`neuscale_opt.replay.surge`). ``standins`` (default ``"plan"``): where the fleet has no
     room for a colocated group's own type, the guard's vPod is of the first stand-in type with room:
     a configuration of another slice, on a generation the plan deploys (``"fleet"``: any of the
-    fleet's; ``"off"``: none, the group's own type only), that serves all the group's classes
+    fleet's; ``"off"``: none, the group's own type only), on at most the chips of one of the
+    group's vPods, that serves all the group's classes
     within their SLO, as strong as the group's own on its mix fewest chips first
     (:class:`~neuscale_opt.replay.surge.StandIns`); it stays across a boundary while the group
     serves the same classes and the fleet has room for it, and counts beyond the plan all its life.

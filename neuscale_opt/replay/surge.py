@@ -94,8 +94,10 @@ class StandIns:
     """The vPod types that may stand in for a group's own when the guard finds no room for another
     vPod of the group's type: colocated configurations of the candidate table (its feasible rows,
     :func:`~neuscale_opt.coefficients.serving_rows`) on a generation of the fleet that serve every
-    class of the group within its SLO and memory. The replay's guard and the evaluator's estimate
-    of it (``formulations/horizon.md``, "The guard, as run", G3) read this one rule.
+    class of the group within its SLO and memory, on at most as many chips as one of the group's own
+    vPods (a stand-in stands for one of them: the guard's growth bound holds in chips too). The
+    replay's guard and the evaluator's estimate of it (``formulations/horizon.md``, "The guard, as
+    run", G3) read this one rule.
 
     Ranking (:meth:`order`): a type's capacity on the group's mix is ``1 / sum_b w_b / c_b`` with
     ``w_b`` the group's planned rate shares (equal where none is given) and ``c_b`` the type's
@@ -137,21 +139,21 @@ class StandIns:
             w, total = [1.0] * len(classes), float(len(classes))
         return total / math.fsum(x / caps[b] for x, b in zip(w, classes, strict=True))
 
-    def order(self, own: str, classes: Sequence[str], weights: Sequence[float]) -> tuple[str, ...]:
-        """The stand-in type keys for a group of type ``own`` serving ``classes`` at planned rates
-        ``weights``, best first (see the class)."""
+    def order(self, own: str, own_chips: int, classes: Sequence[str], weights: Sequence[float]) -> tuple[str, ...]:
+        """The stand-in type keys for a group of type ``own`` (``own_chips`` chips per vPod) serving
+        ``classes`` at planned rates ``weights``, best first (see the class)."""
         if len(weights) != len(classes):
             weights = [math.nan] * len(classes)
         pairs = sorted(zip(classes, weights, strict=True))  # the same ranking whatever the classes' order
         classes, weights = [b for b, _ in pairs], [w for _, w in pairs]
-        key = (own, tuple(classes), tuple(weights))
+        key = (own, own_chips, tuple(classes), tuple(weights))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         mine = self.mix_capacity(own, classes, weights)
         strong, weak = [], []
         for k in self.cap:
-            if k == own:
+            if k == own or self.chips[k] > own_chips:
                 continue
             c = self.mix_capacity(k, classes, weights)
             if c <= 0:
@@ -208,7 +210,8 @@ class StandInTypes:
         ``buckets`` at planned rates ``rates``, best first; none without a stand-in table."""
         if self._standins is None:
             return []
-        keys = self._standins.order(self.types[type_index].key, [self._names[b] for b in buckets], list(rates))
+        vt = self.types[type_index]
+        keys = self._standins.order(vt.key, vt.chips, [self._names[b] for b in buckets], list(rates))
         return [self._register(k) for k in keys]
 
     def table(self, type_index: int) -> StepTable:

@@ -188,17 +188,17 @@ def test_each_half_of_disaggregated_serving_is_guarded_on_its_own():
 
 
 def stand_in(came: list[float], y_rate: float = 10.0, y_chips: int = 2, y_inventory: float = 8, b_rate: float = 5.0):
-    """Class ``A`` planned on chip ``x`` (1 chip, the only one), with a stand-in type on chip ``y``
+    """Class ``A`` planned on chip ``x`` (2 chips per vPod, the only two), with a stand-in type on chip ``y``
     (``y_chips`` chips, 300 W, 5 USD per hour, serves ``A`` at ``y_rate`` req/s, dearer, so the
     plan keeps ``A`` on ``x``), where the plan holds one vPod for class ``B`` at ``b_rate`` req/s
     (none at 0: then the plan deploys no ``y``): sized for 10 req/s of ``A`` in each epoch, ``came``
     came."""
     rows = [
-        vpod("x", "A", rate=10, static_w=100, price=2.0),
+        vpod("x", "A", rate=10, static_w=100, price=2.0, chips=2),
         vpod("y", "A", rate=y_rate, static_w=300, price=5.0, chips=y_chips),
         vpod("y", "B", rate=10, static_w=300, price=5.0, chips=y_chips),
     ]
-    inv = {"x": 1, "y": y_inventory}
+    inv = {"x": 2, "y": y_inventory}
 
     def coeffs(rates):
         dem = {(t, "A"): r for t, r in enumerate(rates)} | {(t, "B"): b_rate for t in range(len(rates))}
@@ -224,4 +224,6 @@ def test_where_its_generation_is_full_a_stand_in_of_another_takes_the_guards_vpo
     # plan's B vPod holds 2 of 3 chips), or when the plan deploys no y (the replay's default)
     assert stand_in([10.0, 25.0], y_rate=4.0).totals["guard_vpods"] == 1.0
     assert stand_in([10.0, 25.0], y_inventory=3).totals["guard_vpods"] == 0.0
+    # nor when y's vPod holds more chips than the x vPod it would stand for
+    assert stand_in([10.0, 25.0], y_chips=3, y_inventory=9).totals["guard_vpods"] == 0.0
     assert stand_in([10.0, 25.0], b_rate=0.0).totals["guard_vpods"] == 0.0

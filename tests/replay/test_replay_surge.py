@@ -148,23 +148,39 @@ def test_late_arrivals_within_the_attainment_target_are_tolerated():
 def test_no_room_in_the_fleet_no_vpod():
     # the plan's vPod holds the only v6e chip, and Llama-3-8B needs 4 v5e chips (16 GB each)
     assert _run(at(0.0), v6e_chips=1, v5e_chips=2).totals["surge_vpods"] == 0
-    # with 16 v5e chips a stand-in would take it (below), but by default only on a generation the
-    # plan deploys (this one is v6e alone, as a homogeneous auto-scaler's); without stand-ins none
-    assert _run(at(0.0), v6e_chips=1).totals["surge_vpods"] == 0
-    assert _run(at(0.0), v6e_chips=1, standins="off").totals["surge_vpods"] == 0
-    assert _run(at(0.0), v6e_chips=1, standins="fleet").totals["surge_vpods"] == 1
+    # with 16 v5e chips still none: a stand-in holds at most the chips of the vPod it stands for
+    # (1 here), whatever generations it may take (below, a 4-chip group)
+    for standins in ("plan", "fleet", "off"):
+        assert _run(at(0.0), v6e_chips=1, standins=standins).totals["surge_vpods"] == 0
     with pytest.raises(InputError, match="standins"):
         ReplayOptions(standins="anywhere")
 
 
-def test_by_default_a_stand_in_is_on_a_generation_the_plan_deploys():
-    # class b on a v5e group of the plan: the v6e group's guard vPod stands in on v5e
-    v5e = {"chip": "tpu-v5e", "shape": "2x2", "chips_per_vpod": 4, "tp": 4, "batch": 128}
-    plan = plan_of([row(0, "a", 1, vpod_group="ga"), row(0, "b", 1, vpod_group="gb", **v5e)])
-    trace = trace_of([(t, 2048, 4, "a") for t in [*at(0.0), 6.0, 6.0, 6.0]])
-    res = replay(plan, _inst(1, 1), trace, ReplayOptions(create_delay_s=5.0, prewarm=False))
-    sv = _surge_rows(res)
-    assert len(sv) == 1 and sv["chip"].iloc[0] == "tpu-v5e" and sv["vpod_group"].iloc[0] == "ga"
+#: a 4-chip v6e vPod (tp 4, batch 2) for the stand-in cases: a 4-chip v5e one may stand for it
+V6E4 = {"shape": "2x2", "chips_per_vpod": 4, "tp": 4}
+V5E4 = {"chip": "tpu-v5e", "shape": "2x2", "chips_per_vpod": 4, "tp": 4, "batch": 128}
+
+
+def _lone_prefill4() -> float:
+    plan = plan_of([row(0, "a", 1, **V6E4)])
+    res = replay(plan, tiny_instance(), trace_of([(0.0, 2048, 4, "a")]), ReplayOptions())
+    return float(res.requests["ttft_s"].iloc[0])
+
+
+def _run4(arrivals, epochs: int = 1, groups: list[str] | None = None, other: bool = False, **opts):
+    """The hand cases on a 4-chip v6e group ``ga`` of class ``a`` holding the only 4 v6e chips (TTFT
+    target 1.5 of its lone prefill), 16 v5e chips; ``other``: a v5e group of class ``b`` too."""
+    groups = groups or ["ga"] * epochs
+    rows = [row(e, "a", 1, vpod_group=groups[e], **V6E4) for e in range(epochs)]
+    if other:
+        rows += [row(e, "b", 1, vpod_group="gb", **V5E4) for e in range(epochs)]
+    slo = {"mode": "absolute", "ttft_s": 1.5 * _lone_prefill4(), "tpot_s": 1.0, "attainment": 0.99}
+    inst = tiny_instance({"a": 1.0, "b": 1.0}, epochs=epochs, v6e_chips=4, v5e_chips=16, slo=slo)
+    trace = trace_of([(t, 2048, 4, "a") for t in arrivals])
+    return replay(plan_of(rows), inst, trace, ReplayOptions(create_delay_s=5.0, prewarm=False, **opts))
+
+
+SURGE = [*at(0.0), 6.0, 6.0, 6.0]  # a triple (the guard grows), then three more at 6 s
 
 
 def _smallest_v5e_type_for_a() -> int:
@@ -177,19 +193,27 @@ def _smallest_v5e_type_for_a() -> int:
     return int(ok["chips_per_vpod"].min())
 
 
+def test_by_default_a_stand_in_is_on_a_generation_the_plan_deploys():
+    # a plan on v6e alone (as a homogeneous auto-scaler's) stays on it; with a v5e group of class b
+    # in the plan, the v6e group's guard vPod stands in on v5e; "off": never
+    assert _run4(SURGE).totals["surge_vpods"] == 0
+    sv = _surge_rows(_run4(SURGE, other=True))
+    assert len(sv) == 1 and sv["chip"].iloc[0] == "tpu-v5e" and sv["vpod_group"].iloc[0] == "ga"
+    assert _run4(SURGE, other=True, standins="off").totals["surge_vpods"] == 0
+
+
 def test_a_stand_in_of_another_generation_where_its_own_has_no_room():
-    # the only v6e chip is the plan's: the guard's vPod is a v5e configuration serving class a, the
-    # smallest one (every 4-chip v5e one is stronger than the plan's 1-chip b2 vPod); the triple
-    # at 6 s is served there
-    res = _run([*at(0.0), 6.0, 6.0, 6.0], v6e_chips=1, standins="fleet")
+    # the only v6e chips are the plan's: the guard's vPod is a v5e configuration serving class a, of
+    # the fewest chips (4: every 4-chip v5e one is stronger than the plan's b2 vPod); the triple at
+    # 6 s is served there and on the plan's vPod
+    res = _run4(SURGE, standins="fleet")
     sv = _surge_rows(res)
     assert len(sv) == 1 and res.totals["surge_vpods"] == 1
     assert sv["chip"].iloc[0] == "tpu-v5e"
     assert sv["chips"].iloc[0] == _smallest_v5e_type_for_a() == 4
     assert sv["vpod_group"].iloc[0] == "ga"
     vid = int(sv["vpod"].iloc[0])
-    assert (res.requests["vpod"] == vid).sum() >= 1
-    assert res.requests.loc[res.requests["vpod"] == vid, "slo_met"].any()
+    assert (res.requests["vpod"] == vid).sum() == 2  # two of the three at 6 s (least loaded first)
     # held from its creation to the end of the epoch, all of it beyond the plan
     assert sv["held_to_s"].iloc[0] == LEN
     assert res.totals["surge_chip_hours"] == pytest.approx(4 * (LEN - sv["held_from_s"].iloc[0]) / 3600.0)
@@ -200,13 +224,11 @@ def test_a_stand_in_of_another_generation_where_its_own_has_no_room():
 def test_a_stand_in_stays_while_its_group_serves_and_drains_when_it_goes():
     # the same group in the next epoch: the stand-in stays (the fleet has room for it), beyond the
     # plan all its life; a plan that moves the class to another group drains it at the boundary
-    kw = {"epochs": 2, "v6e_chips": 1, "surge_retire": False, "standins": "fleet"}
-    res = _run([*at(0.0), 6.0, 6.0, 6.0], **kw)
-    sv = _surge_rows(res)
+    kw = {"epochs": 2, "surge_retire": False, "standins": "fleet"}
+    sv = _surge_rows(_run4(SURGE, **kw))
     assert sv["held_to_s"].iloc[0] == 2 * LEN
     assert sv["surge_held_s"].iloc[0] == pytest.approx(2 * LEN - sv["held_from_s"].iloc[0])
-    res = _run([*at(0.0), 6.0, 6.0, 6.0], groups=["ga", "gb"], **kw)
-    sv = _surge_rows(res)
+    sv = _surge_rows(_run4(SURGE, groups=["ga", "gb2"], **kw))
     assert sv["held_to_s"].iloc[0] == LEN
 
 
@@ -395,11 +417,9 @@ def test_the_guard_adds_what_the_arrival_rate_asks_for():
     res = _run(arrivals, n=2)
     assert res.totals["surge_vpods"] == 2 and (_surge_rows(res)["held_from_s"] == 61.0).all()
     assert _run(arrivals, n=2, surge_to_rate=False).totals["surge_vpods"] == 1
-    # the fleet's room caps it too: 8 chips, 2 planned, 5 asked, 6 free -> 5; 5 chips -> 3 of the
-    # group's type, and the other 2 on v5e stand-ins (16 chips, 4 each) unless they are off
-    assert _run(arrivals, n=2, surge_growth=5.0, v6e_chips=5, standins="off").totals["surge_vpods"] == 3
-    sv = _surge_rows(_run(arrivals, n=2, surge_growth=5.0, v6e_chips=5, standins="fleet"))
-    assert sorted(sv["chip"]) == ["tpu-v5e"] * 2 + ["tpu-v6e"] * 3
+    # the fleet's room caps it too: 8 chips, 2 planned, 5 asked, 6 free -> 5; 5 chips -> 3 (a v5e
+    # vPod needs 4 chips, more than the 1-chip vPod it would stand for: no stand-in)
+    assert _run(arrivals, n=2, surge_growth=5.0, v6e_chips=5, standins="fleet").totals["surge_vpods"] == 3
 
 
 def _tpot_run(tpot_s: float, k: int = 8, at_s: float = 0.0, **opts):
