@@ -250,9 +250,9 @@ def run(
     :class:`neuscale_opt.replay.surge.StandInTypes`): where ``surge`` has no room for a colocated
     group's own type, its vPod is of the first type of ``standin.order(type, classes, rates)`` with
     room (its step table ``standin.table(type)``, the classes it serves ``standin.serves[type]``,
-    which the overflow router also reads for it); a stand-in stays across a boundary while its group
-    is planned again, it serves the group's classes and ``surge`` has room for it in the new epoch
-    (else it drains), and counts beyond the plan all its life. Late requests are counted only while
+    which the overflow router also reads for it); a stand-in drains at the next boundary (the next
+    plan's room is its own vPods' first) and counts beyond the plan all its life. Late requests are
+    counted only while
     the group may grow (none while a vPod of it is being created), and the window runs across epoch
     boundaries. ``surge_retire``: before an arrival of
     one of its classes is routed, a group holding more vPods than planned retires (drains) its
@@ -793,16 +793,10 @@ def run(
             g.rates = eg.rates
             g.rate = math.fsum(eg.rates) if eg.rates and all(r >= 0.0 for r in eg.rates) else math.inf
             g.alts = None
-            # a stand-in serving still stays while it serves the group's classes and the fleet has
-            # room for it in this epoch (the room is the group's, as the guard's); else it drains
             g.granted = {}
             g.mine = []
-            for v in [v for v in g.live if v.ti != g.type_index]:
-                if set(eg.buckets) <= overflow_of(v.ti) and surge is not None and surge(e, v.ti):
-                    g.granted[v.ti] = g.granted.get(v.ti, 0) + 1
-                    g.mine.append(v)
-                else:
-                    retire(v, t)
+            for v in [v for v in g.live if v.ti != g.type_index]:  # a stand-in drains at the boundary
+                retire(v, t)
             resize(g, eg.n_vpods, t, ready_now)
         for g in groups.values():  # a surge vPod of its own type a boundary keeps is one of the plan's from now on
             for v in g.live:

@@ -118,8 +118,8 @@ class ReplayOptions:
     fleet's; ``"off"``: none, the group's own type only), on at most the chips of one of the
     group's vPods, that serves all the group's classes
     within their SLO, as strong as the group's own on its mix fewest chips first
-    (:class:`~neuscale_opt.replay.surge.StandIns`); it stays across a boundary while the group
-    serves the same classes and the fleet has room for it, and counts beyond the plan all its life.
+    (:class:`~neuscale_opt.replay.surge.StandIns`); it drains at the next boundary and counts
+    beyond the plan all its life.
     A plan on one generation (a homogeneous auto-scaler's) stays on it under the default.
     ``surge_retire`` (default True): a guard vPod ready for
     ``surge_window_s`` is drained once the surge is over (no late request and no prompt waiting in
