@@ -252,13 +252,13 @@ def run(
     room (its step table ``standin.table(type)``, the classes it serves ``standin.serves[type]``,
     which the overflow router also reads for it); a stand-in drains at the next boundary (the next
     plan's room is its own vPods' first) and counts beyond the plan all its life. Late requests are
-    counted only while
-    the group may grow (none while a vPod of it is being created), and the window runs across epoch
-    boundaries. ``surge_retire``: before an arrival of
-    one of its classes is routed, a group holding more vPods than planned retires (drains) its
-    least-loaded guard vPod ready for ``surge_window_s`` once the surge is over: no late request and
-    no prompt waiting in the group, and at most the plan's rate for the group (the sum of its
-    classes' planned rates; never where the plan gives none) arrived in the last ``surge_window_s``."""
+    counted only while the group may grow (none while a vPod of it is being created, none after
+    the plan's last boundary), and the window runs across epoch boundaries. ``surge_retire``:
+    before an arrival of one of its classes is routed, a group holding more vPods than planned
+    retires (drains) its least-loaded guard vPod ready for ``surge_window_s`` once the surge is
+    over: no late request and no prompt waiting in the group, and at most the plan's rate for the
+    group (the sum of its classes' planned rates; never where the plan gives none) arrived in the
+    last ``surge_window_s``."""
     n_req = len(arrival)
     nan = math.nan
     start = [nan] * n_req
@@ -609,7 +609,7 @@ def run(
         """A new vPod of type ``ti`` in ``g``, ready now or at ``ready_at`` (default
         ``create_delay_s`` from ``t``)."""
         nonlocal seq
-        tab = tables[ti] if ti == g.type_index else standin.table(ti)
+        tab = g.tab if ti == g.type_index else standin.table(ti)
         v = _Vpod(len(vpods), g, t, ti, tab)
         vpods.append(v)
         g.live.append(v)
