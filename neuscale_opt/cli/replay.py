@@ -54,6 +54,7 @@ HEADLINE: tuple[str, ...] = (
     "chip_hours",
     "surge_vpods",
     "surge_chip_hours",
+    "surge_standin_vpods",
 )
 
 

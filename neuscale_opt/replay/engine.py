@@ -190,6 +190,7 @@ class EngineResult:
     energy_busy_j: np.ndarray  # per vPod: weight streaming of the batched steps (E2, part of energy_dyn_j)
     vpod_surge: np.ndarray  # per vPod: made by the surge guard
     vpod_surge_s: np.ndarray  # per vPod: s held beyond the plan (until a boundary keeps it, or its release)
+    vpod_standin: np.ndarray  # per vPod: a stand-in (the guard's vPod of another type than its group's)
 
 
 def run(
@@ -946,6 +947,7 @@ def run(
         energy_kv_j=np.asarray([v.kv_j for v in vpods], dtype=np.float64),
         energy_busy_j=np.asarray([v.fixed_j for v in vpods], dtype=np.float64),
         vpod_surge=np.asarray([v.surge for v in vpods], dtype=bool),
+        vpod_standin=np.asarray([v.ti != v.group.type_index for v in vpods], dtype=bool),
         vpod_surge_s=np.asarray(
             [(v.held_to if math.isnan(v.surge_to) else v.surge_to) - v.held_from if v.surge else 0.0 for v in vpods],
             dtype=np.float64,

@@ -564,6 +564,7 @@ def _account(
             "embodied_kg": emb_h * held_s / SECONDS_PER_HOUR,
             "surge": res.vpod_surge,
             "surge_held_s": res.vpod_surge_s,
+            "standin": res.vpod_standin,
         }
     )
     if disagg:
@@ -715,6 +716,7 @@ def _account(
         "chip_hours": chip_h,
         "vpods_created": len(vtype),
         "surge_vpods": int(res.vpod_surge.sum()),
+        "surge_standin_vpods": int(res.vpod_standin.sum()),
         "surge_chip_hours": float((res.vpod_surge_s * vp_chips).sum()) / SECONDS_PER_HOUR,
         "tokens_per_joule": tokens_out / energy if energy > 0 else math.nan,
         "tokens_per_usd": tokens_out / cost if cost > 0 else math.nan,

@@ -925,6 +925,9 @@ def _risks(
                 "and cost) "
                 "where arrivals outran the plan"
             )
+            stood = int(mine.get("surge_standin_vpods", 0))
+            if stood:
+                s += f", {fmt(stood)} of them stand-ins of another configuration where the group's own had no room"
         s += guard_expected_text((plan.get("totals") or {}).get("guard_chip_hours"), surged)
         parts.append(s + " [replay](#replay)")
     fe = forecast_errors(plan)

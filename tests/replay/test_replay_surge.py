@@ -208,7 +208,8 @@ def test_a_stand_in_of_another_generation_where_its_own_has_no_room():
     # 6 s is served there and on the plan's vPod
     res = _run4(SURGE, standins="fleet")
     sv = _surge_rows(res)
-    assert len(sv) == 1 and res.totals["surge_vpods"] == 1
+    assert len(sv) == 1 and res.totals["surge_vpods"] == 1 == res.totals["surge_standin_vpods"]
+    assert sv["standin"].iloc[0] and not res.vpods.loc[~res.vpods["surge"], "standin"].any()
     assert sv["chip"].iloc[0] == "tpu-v5e"
     assert sv["chips"].iloc[0] == _smallest_v5e_type_for_a() == 4
     assert sv["vpod_group"].iloc[0] == "ga"

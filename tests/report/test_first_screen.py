@@ -293,7 +293,12 @@ def test_risks_name_the_surge_guards_vpods():
     text = _risks(plan, mine, {}, 0.99, 300.0, {}, rolling=False)
     assert "10 of 1,000 replayed requests" in text
     assert "surge guard added 3 vPods (17.6 chip-hours beyond the plan" in text
-    mine.update(surge_vpods=0, surge_chip_hours=0.0)
+    assert "stand-in" not in text
+    mine["surge_standin_vpods"] = 2  # two of them on another configuration: said so
+    assert "where arrivals outran the plan, 2 of them stand-ins of another configuration" in _risks(
+        plan, mine, {}, 0.99, 300.0, {}, rolling=False
+    )
+    mine.update(surge_vpods=0, surge_chip_hours=0.0, surge_standin_vpods=0)
     assert "surge guard" not in _risks(plan, mine, {}, 0.99, 300.0, {}, rolling=False)
 
 
