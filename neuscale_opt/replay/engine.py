@@ -66,7 +66,7 @@ class _Vpod:
     __slots__ = (
         "vid", "group", "ti", "tab", "slots", "inv", "ready", "retired", "queue", "load", "n_act", "fin", "D", "base",
         "state", "t0", "tau", "k", "pm0", "ver", "rid", "cut", "held_from", "held_to", "busy_s", "work_s", "energy_j",
-        "phase", "inflight", "kv_j", "fixed_j", "surge", "surge_to",
+        "phase", "inflight", "kv_j", "fixed_j", "surge", "surge_from", "surge_s",
     )  # fmt: skip
 
     def __init__(self, vid: int, group: _Group, t: float, ti: int, tab: StepTable) -> None:
@@ -102,7 +102,8 @@ class _Vpod:
         self.kv_j = 0.0  # J of DCN energy of KV hand-offs (already in energy_j)
         self.fixed_j = 0.0  # J of weight streaming of the batched steps (E2; already in energy_j)
         self.surge = False  # made (or taken back from draining) by the surge guard
-        self.surge_to = math.nan  # the boundary from which it serves as one of the plan's vPods
+        self.surge_from = math.nan  # since when it serves beyond the plan (NaN: it does not now)
+        self.surge_s = 0.0  # s served beyond the plan before that (until a boundary kept it)
 
 
 #: routing key of a vPod: prompts waiting x WAITING + sequences per slot (at most 1)
@@ -569,21 +570,26 @@ def run(
         )
 
     def grow(g: _Group, t: float) -> bool:
-        """The surge guard: one more vPod for ``g``: a surge vPod of it still draining taken back,
-        else a new one in room the fleet gave the group earlier in this epoch or gives it now: of
+        """The surge guard: one more vPod for ``g``: a vPod of it still draining taken back (a surge
+        vPod first, else one of its own type a boundary retired; beyond the plan from now), else a
+        new one in room the fleet gave the group earlier in this epoch or gives it now: of
         the group's type, else (a colocated group, ``standin`` given) of the first stand-in type
         with room (:class:`neuscale_opt.replay.surge.StandIns`)."""
-        back = [v for v in g.draining if v in g.mine]
-        if back:
-            take_back(min(back, key=_vid))
-            return True
-        ti = room_for(g)
-        if ti < 0:
-            g.full_in = ei
-            return False
-        v = create(g, ti, t, False)
+        back = [v for v in g.draining if v in g.mine] or [v for v in g.draining if v.ti == g.type_index]
+        if back:  # a draining vPod of its own serves again at once (it holds its chips still)
+            v = min(back, key=_vid)
+            take_back(v)
+        else:
+            ti = room_for(g)
+            if ti < 0:
+                g.full_in = ei
+                return False
+            v = create(g, ti, t, False)
         v.surge = True
-        g.mine.append(v)
+        if math.isnan(v.surge_from):
+            v.surge_from = t
+        if v not in g.mine:
+            g.mine.append(v)
         return True
 
     def room_for(g: _Group) -> int:
@@ -801,8 +807,9 @@ def run(
             resize(g, eg.n_vpods, t, ready_now)
         for g in groups.values():  # a surge vPod of its own type a boundary keeps is one of the plan's from now on
             for v in g.live:
-                if v.surge and math.isnan(v.surge_to) and v.ti == g.type_index:
-                    v.surge_to = t
+                if not math.isnan(v.surge_from) and v.ti == g.type_index:
+                    v.surge_s += t - v.surge_from
+                    v.surge_from = math.nan
         route.clear()
         droute.clear()
         for eg in target:
@@ -949,7 +956,7 @@ def run(
         vpod_surge=np.asarray([v.surge for v in vpods], dtype=bool),
         vpod_standin=np.asarray([v.ti != v.group.type_index for v in vpods], dtype=bool),
         vpod_surge_s=np.asarray(
-            [(v.held_to if math.isnan(v.surge_to) else v.surge_to) - v.held_from if v.surge else 0.0 for v in vpods],
+            [v.surge_s + (0.0 if math.isnan(v.surge_from) else v.held_to - v.surge_from) for v in vpods],
             dtype=np.float64,
         ),
     )

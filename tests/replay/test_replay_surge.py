@@ -492,3 +492,19 @@ def test_an_arrival_that_waits_for_a_slot_is_estimated_on_arrival():
     assert (rq["ttft_s"].iloc[1:] > 1.5 * P).all()  # both waited for the long answer's slot
     surge = _surge_rows(res)
     assert len(surge) == 1 and surge["held_from_s"].iloc[0] == pytest.approx(1.0)
+
+
+def test_the_guard_takes_back_a_draining_vpod_of_its_own_first():
+    # two vPods in epoch 0, one in epoch 1: at the boundary the less loaded one drains a long answer;
+    # a triple just after it is late on the other, so the guard takes the draining one back (ready at
+    # once, no creation delay), beyond the plan from then on
+    plan = plan_of([row(0, "a", 2, vpod_group="ga"), row(1, "a", 1, vpod_group="ga")])
+    long = [(90.0, 2048, 3000, "a"), (90.0, 2048, 3000, "a"), (95.0, 2048, 3000, "a")]
+    trace = trace_of([*long, *[(LEN + 1.0, 2048, 4, "a")] * 3])
+    res = replay(plan, _inst(2), trace, ReplayOptions(create_delay_s=5.0, prewarm=False))
+    sv = _surge_rows(res)
+    assert len(sv) == 1 and sv["held_from_s"].iloc[0] == 0.0  # one of the plan's vPods of epoch 0
+    back_at = LEN + 1.0
+    assert sv["surge_held_s"].iloc[0] == pytest.approx(sv["held_to_s"].iloc[0] - back_at)
+    late = res.requests.iloc[3:]
+    assert (late["vpod"] == int(sv["vpod"].iloc[0])).any()  # served there before a new vPod could be
