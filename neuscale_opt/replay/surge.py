@@ -109,24 +109,51 @@ class StandIns:
 
     def __init__(self, configs: pd.DataFrame, buckets: pd.DataFrame, util_cap: float | None, attainment: float,
                  chips: Sequence[str]) -> None:  # fmt: skip
-        from neuscale_opt.alloc.attainment import capacity_share
-
-        ok = serving_rows(configs)
-        keep = (ok["phase"].astype(str) == "colocated").to_numpy() & ok["chip"].astype(str).isin(set(chips)).to_numpy()
-        ok = ok[keep]
-        cap = capacity_share(ok, buckets, util_cap, attainment) * ok["max_rate_rps"].to_numpy(np.float64)
-        self.cap: dict[str, dict[str, float]] = {}  # type key -> class -> req/s per vPod at the safe load
-        self.chips: dict[str, int] = {}
-        self.row: dict[str, pd.Series] = {}  # type key -> one of its rows (chip, shape, parallelism, prices)
-        for i, (key, b, c, w) in enumerate(
-            zip(ok["vpod_type"].astype(str), ok["bucket"].astype(str), cap, ok["chips_per_vpod"], strict=True)
-        ):
-            if c > 0 and math.isfinite(c):
-                if key not in self.row:
-                    self.row[key] = ok.iloc[i]
-                    self.chips[key] = int(w)
-                self.cap.setdefault(key, {})[b] = float(c)
+        self._args = (configs, buckets, util_cap, attainment, frozenset(chips))
+        self._cap: dict[str, dict[str, float]] | None = None
+        self._chips: dict[str, int] = {}
+        self._row: dict[str, pd.Series] = {}
         self._cache: dict[tuple, tuple[str, ...]] = {}
+
+    def _table(self) -> dict[str, dict[str, float]]:
+        """Built on first use (the safe loads of every serving row: seconds on a large table, so
+        not for a replay whose guard never needs a stand-in)."""
+        if self._cap is None:
+            from neuscale_opt.alloc.attainment import capacity_share
+
+            configs, buckets, util_cap, attainment, chips = self._args
+            ok = serving_rows(configs)
+            keep = (ok["phase"].astype(str) == "colocated").to_numpy() & ok["chip"].astype(str).isin(chips).to_numpy()
+            ok = ok[keep]
+            cap = capacity_share(ok, buckets, util_cap, attainment) * ok["max_rate_rps"].to_numpy(np.float64)
+            table: dict[str, dict[str, float]] = {}
+            for i, (key, b, c, w) in enumerate(
+                zip(ok["vpod_type"].astype(str), ok["bucket"].astype(str), cap, ok["chips_per_vpod"], strict=True)
+            ):
+                if c > 0 and math.isfinite(c):
+                    if key not in self._row:
+                        self._row[key] = ok.iloc[i]
+                        self._chips[key] = int(w)
+                    table.setdefault(key, {})[b] = float(c)
+            self._cap = table
+        return self._cap
+
+    @property
+    def cap(self) -> dict[str, dict[str, float]]:
+        """Type key -> class -> req/s per vPod at the safe load."""
+        return self._table()
+
+    @property
+    def chips(self) -> dict[str, int]:
+        """Type key -> chips per vPod."""
+        self._table()
+        return self._chips
+
+    @property
+    def row(self) -> dict[str, pd.Series]:
+        """Type key -> one of its rows (chip, shape, parallelism, prices)."""
+        self._table()
+        return self._row
 
     def mix_capacity(self, key: str, classes: Sequence[str], weights: Sequence[float]) -> float:
         """req/s per vPod of ``key`` on the mix (0 when it does not serve every class)."""
