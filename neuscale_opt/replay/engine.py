@@ -288,6 +288,8 @@ def run(
     allowed: dict[int, int] = {}  # surge guard: late arrivals among n that the target explains
     ei = 0  # the next epoch boundary's index (the epoch running is ei - 1)
     alt: list[list[_Group]] = [[] for _ in range(n_buckets)]  # overflow hosts of each class this epoch
+    if overflow is not None and standin is not None:
+        overflow = standin.serves  # the plan's types, then each stand-in type as it is registered
     if ttft_target is None:
         ttft_target = [math.inf] * n_buckets
     pending: list[deque[int]] = [deque() for _ in range(n_buckets)]
@@ -460,7 +462,7 @@ def run(
         host, first_at = None, deadline
         for g in alt[b]:
             for h in g.ready:
-                if h.queue or h.state == PREFILLING or (h.ti != g.type_index and b not in overflow_of(h.ti)):
+                if h.queue or h.state == PREFILLING or (h.ti != g.type_index and b not in overflow[h.ti]):
                     continue
                 at = t + start_wait(h, t) + h.tab.pre_lat[s]
                 if at <= first_at:
@@ -761,10 +763,6 @@ def run(
             serving = sorted((v for v in mine if v.ready), key=lambda v: (v.load, -v.vid))
             for v in (creating + serving)[:excess]:
                 retire(v, t)
-
-    def overflow_of(ti: int) -> frozenset[int]:
-        """The classes type ``ti`` serves (``standin.serves``)."""
-        return standin.serves[ti] if standin is not None else frozenset()
 
     def group_of(eg: EpochGroup) -> _Group:
         """The replay's group of the plan's ``eg``, made the first time an epoch lists it."""
